@@ -12,11 +12,9 @@ missing = [o for o in expected if o not in cfg]
 if missing: raise ValueError(f'settings.ini is missing {missing}')
 setup_cfg = {o: cfg[o] for o in 'version description keywords author author_email'.split()}
 
-licenses = {'apache2': ('Apache Software License 2.0', 'OSI Approved :: Apache Software License')}
 statuses = ['1 - Planning', '2 - Pre-Alpha', '3 - Alpha', '4 - Beta', '5 - Production/Stable',
             '6 - Mature', '7 - Inactive']
 py_versions = '3.12'.split()
-lic = licenses.get(cfg['license'].lower(), (cfg['license'], None))
 min_python = cfg['min_python']
 
 def split_reqs(key):
@@ -27,12 +25,11 @@ extras = {'cpu': split_reqs('cpu_requirements'), 'tpu': split_reqs('tpu_requirem
           'dev': split_reqs('dev_requirements')}
 setuptools.setup(
     name=cfg['lib_name'],
-    license=lic[0],
+    license='Apache-2.0',
     classifiers=['Development Status :: ' + statuses[int(cfg['status'])],
                  'Intended Audience :: ' + cfg['audience'].title(),
                  'Natural Language :: ' + cfg['language'].title()]
-                + ['Programming Language :: Python :: ' + o for o in py_versions]
-                + (['License :: ' + lic[1]] if lic[1] else []),
+                + ['Programming Language :: Python :: ' + o for o in py_versions],
     url=cfg['git_url'],
     packages=setuptools.find_packages(include=['tunix_agentic', 'tunix_agentic.*']),
     include_package_data=True,
