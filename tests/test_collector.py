@@ -1,0 +1,252 @@
+"""TrajectoryCollectEngine end to end: golden token rules, groups, budgets, statuses, release, state, dumps."""
+import asyncio, random, re, time
+
+import pytest
+
+from tunix_agentic.collector import CollectConfig, EpisodeState, TrajectoryCollectEngine, derive_seed
+from tunix_agentic.dumps import DumpWriter, load_step
+from tunix_agentic.envs import EnvGroup, EnvSpec, ToolEnvironment
+from tunix_agentic.rollout import BaseRollout, GenerateOutput, ScriptedPolicy, SamplingParams
+from tunix_agentic.tokenizer import build_tiny_tokenizer
+from tunix_agentic.tools import BaseTool, calculator_tools
+from tunix_agentic.types import TrajectoryStatus as S
+
+TOK = build_tiny_tokenizer()
+SCRIPT = ['<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n</tool_call>',
+          '<tool_call>\n{"name": "add", "arguments": {"a": 408, "b": 17}}\n</tool_call>',
+          '12*34 = 408 and 408 + 17 = 425. #### 425']
+TASK = {'task_type': 'calc', 'question': 'What is 12*34+17?', 'answer': '#### 425'}
+CALL_FOREVER = ['<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 1}}\n</tool_call>']
+
+
+class Tracked(BaseTool):
+    "A stateful tool that records live instances and can sleep (to prove release on every path)."
+    live: set = set()
+    def __init__(self, sleep_s=0.0):
+        super().__init__(name='tracked', description='A tracked tool.',
+                         parameters={'type': 'object', 'properties': {}, 'required': []})
+        self.sleep_s = sleep_s
+    async def create(self, instance_id=None, **kw):
+        iid = await super().create(instance_id, **kw); Tracked.live.add(iid); return iid
+    async def execute(self, instance_id, parameters, **kw):
+        await asyncio.sleep(self.sleep_s); return 'ok', 0.0, {}
+    async def release(self, instance_id, **kw):
+        Tracked.live.discard(instance_id); await super().release(instance_id, **kw)
+
+
+def calc_group(max_turns=5, extra_tools=()):
+    return EnvGroup({'calc': EnvSpec(env='tool', tools=calculator_tools() + list(extra_tools),
+                                     reward_fn='gsm8k', max_turns=max_turns)})
+
+
+def spans(mask):
+    out, start = [], None
+    for i, m in enumerate(list(mask) + [0]):
+        if m and start is None: start = i
+        if not m and start is not None: out.append((start, i)); start = None
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_calculator_episode_golden_token_rules():
+    policy = ScriptedPolicy(TOK, SCRIPT, logprob=-0.75)
+    eng = TrajectoryCollectEngine(policy, TOK, calc_group(), config=CollectConfig.tiny(group_size=1))
+    [t] = eng.run([TASK])
+    assert (t.status, t.reward, t.error) == (S.DONE, 1.0, None)
+    assert [s.mc_return for s in t.steps] == [1.0, 1.0, 1.0]
+    # prompt = the first render (system + user, tools through the template, generation prompt)
+    first = t.messages[:2]
+    assert TOK.apply_chat_template(first, tools=calculator_group_schemas(), add_generation_prompt=True,
+                                   tokenize=True) == t.input_ids[:t.prompt_len]
+    # mask 1 exactly on the sampled tokens, <|im_end|> included; decoding them gives the outputs
+    im_end = TOK.convert_tokens_to_ids('<|im_end|>')
+    runs = spans(t.response_mask)
+    assert [TOK.decode(t.input_ids[a:b]) for a, b in runs] == [s + '<|im_end|>' for s in SCRIPT]
+    assert all(t.input_ids[b - 1] == im_end for a, b in runs)
+    assert [t.input_ids[a:b] for a, b in runs] == [TOK.encode(s, add_special_tokens=False) + [im_end]
+                                                   for s in SCRIPT]
+    # logprobs: the engine's on mask 1, 0.0 on mask 0
+    assert all(lp == (-0.75 if m else 0.0) for lp, m in zip(t.logprobs, t.response_mask))
+    # the whole sequence is what the template renders for the messages (no drift, nothing extra)
+    full = TOK.apply_chat_template(t.messages, tools=calculator_group_schemas(), tokenize=True)
+    assert full[:len(t.input_ids)] == t.input_ids and t.metrics['drift'] == 0
+    # the mask-0 stretches between turns are exactly tool responses and template scaffolding
+    gaps = [TOK.decode(t.input_ids[b:a2]) for (_, b), (a2, _) in zip(runs, runs[1:])]
+    assert gaps == ['\n<|im_start|>user\n<tool_response>\n408\n</tool_response><|im_end|>\n<|im_start|>assistant\n',
+                    '\n<|im_start|>user\n<tool_response>\n425\n</tool_response><|im_end|>\n<|im_start|>assistant\n']
+    m = t.metrics
+    assert (m['turns'], m['tool_calls'], m['tool_errors'], m['parse_errors']) == (3, 2, 0, 0)
+    assert m['response_tokens'] == sum(t.response_mask) and m['total_tokens'] == len(t.input_ids)
+    assert abs(m['time_model_s'] + m['time_tools_s'] + m['time_framework_s'] - m['time_total_s']) < 1e-6
+    assert eng.states[t.episode_id].history == ['pending', 'running', 'tool_calling', 'running',
+                                                'tool_calling', 'running', 'done']
+
+
+def calculator_group_schemas():
+    return [t.schema for t in calculator_tools()]
+
+
+def arithmetic(rng: random.Random) -> dict:
+    a, b = rng.randint(10, 99), rng.randint(10, 99)
+    return {'question': f'What is {a}*{b}?', 'answer': str(a * b)}
+
+
+def solver(prompt: str) -> str:
+    "A scripted policy that reads the question, calls multiply, then answers from the tool result."
+    results = re.findall(r'<tool_response>\n(.*?)\n</tool_response>', prompt)
+    if results: return f'The product is #### {results[-1]}'
+    a, b = re.findall(r'What is (\d+)\*(\d+)\?', prompt)[-1]
+    return f'<tool_call>\n{{"name": "multiply", "arguments": {{"a": {a}, "b": {b}}}}}\n</tool_call>'
+
+
+@pytest.mark.timeout(60)
+def test_groups_share_the_seeded_reset():
+    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, solver), TOK,
+                                  lambda row: ToolEnvironment(arithmetic, calculator_tools(), 'gsm8k'),
+                                  config=CollectConfig.tiny(group_size=4, seed=5))
+    trajs = eng.run([{}, {}, {}])
+    assert len(trajs) == 12 and all(t.status == S.DONE and t.reward == 1.0 for t in trajs)
+    by_group = {}
+    for t in trajs: by_group.setdefault(t.group_id, []).append(t)
+    assert len(by_group) == 3
+    questions = []
+    for gid, members in by_group.items():
+        assert len({m.messages[1]['content'] for m in members}) == 1  # same seeded episode
+        assert len({m.metrics['env_seed'] for m in members}) == 1
+        assert len({m.metrics['sampling_seed'] for m in members}) == 4  # distinct sampling seeds
+        assert [m.episode_id for m in members] == [f'{gid}.{k}' for k in range(4)]
+        questions.append(members[0].messages[1]['content'])
+    assert len(set(questions)) == 3  # different groups, different draws
+    # reproducible: the same base seed draws the same tasks again
+    again = TrajectoryCollectEngine(ScriptedPolicy(TOK, solver), TOK,
+                                    lambda row: ToolEnvironment(arithmetic, calculator_tools(), 'gsm8k'),
+                                    config=CollectConfig.tiny(group_size=4, seed=5)).run([{}, {}, {}])
+    assert [t.messages[1]['content'] for t in again] == [t.messages[1]['content'] for t in trajs]
+    # a task's own seed is its env seed
+    seeded = eng.run([{'seed': 99}, {'seed': 99}])
+    assert len({t.messages[1]['content'] for t in seeded}) == 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('room,turns,truncated', [
+    (32, 1, 0),   # the first tool result overshoots: dropped, episode ends after turn 1
+    (12, 1, 1),   # the first response is cut by the token budget (finish_reason 'length')
+    (62, 2, 1)])  # the second response is cut
+def test_over_size_ends_cleanly_with_max_length(room, turns, truncated):
+    Tracked.live.clear()
+    make = lambda n: TrajectoryCollectEngine(ScriptedPolicy(TOK, SCRIPT), TOK, calc_group(extra_tools=[Tracked()]),
+                                             config=CollectConfig.tiny(group_size=2, max_seq_len=n))
+    prompt_len = make(4096).run([TASK])[0].prompt_len
+    eng = make(prompt_len + room)
+    for t in eng.run([TASK]):
+        assert t.status == S.MAX_LENGTH and t.error is None
+        assert len(t.input_ids) <= prompt_len + room
+        assert (t.metrics['turns'], t.metrics['truncated_turns']) == (turns, truncated)
+        assert len(t.input_ids) == len(t.response_mask) == len(t.logprobs)
+        assert t.metrics['drift'] == 0 and t.reward == 0.0
+    assert Tracked.live == set()
+
+
+@pytest.mark.timeout(60)
+def test_max_turns_from_env_and_from_config():
+    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, CALL_FOREVER), TOK, calc_group(max_turns=3),
+                                  config=CollectConfig.tiny(group_size=2, max_turns=10))
+    for t in eng.run([TASK]):  # the env's budget (3)
+        assert (t.status, t.metrics['turns'], t.metrics['tool_calls']) == (S.MAX_TURNS, 3, 3)
+        assert len(spans(t.response_mask)) == 3 and t.input_ids[-1] == TOK.convert_tokens_to_ids('<|im_end|>')
+    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, CALL_FOREVER), TOK, calc_group(max_turns=8),
+                                  config=CollectConfig.tiny(group_size=1, max_turns=2))
+    [t] = eng.run([TASK])  # the engine's budget (2)
+    assert (t.status, t.metrics['turns']) == (S.MAX_TURNS, 2)
+
+
+class SlowPolicy(ScriptedPolicy):
+    def generate(self, prompts, params):
+        time.sleep(0.3)
+        return super().generate(prompts, params)
+
+
+@pytest.mark.timeout(60)
+def test_timeout_status_from_slow_model_and_slow_tool():
+    Tracked.live.clear()
+    eng = TrajectoryCollectEngine(SlowPolicy(TOK, SCRIPT), TOK, calc_group(extra_tools=[Tracked()]),
+                                  config=CollectConfig.tiny(group_size=2, episode_timeout_s=0.1))
+    for t in eng.run([TASK]):
+        assert t.status == S.TIMEOUT and 'exceeded' in t.error
+    slow_tool = ['<tool_call>\n{"name": "tracked", "arguments": {}}\n</tool_call>']
+    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, slow_tool), TOK, calc_group(extra_tools=[Tracked(5.0)]),
+                                  config=CollectConfig.tiny(group_size=3, episode_timeout_s=0.2))
+    t0 = time.monotonic()
+    trajs = eng.run([TASK])
+    assert time.monotonic() - t0 < 4.0
+    assert all(t.status == S.TIMEOUT and t.metrics['turns'] == 1 for t in trajs)
+    assert all(eng.states[t.episode_id].history[-2:] == ['tool_calling', 'timeout'] for t in trajs)
+    assert Tracked.live == set()  # released despite the cancellation mid-call
+
+
+class Aborting(BaseRollout):
+    def generate(self, prompts, params): return [GenerateOutput([], [], 'abort') for _ in prompts]
+
+
+class Broken(BaseRollout):
+    def generate(self, prompts, params): raise RuntimeError('device lost')
+
+
+@pytest.mark.timeout(60)
+def test_failures_become_error_status_never_exceptions():
+    for rollout, msg in [(Aborting(), 'aborted'), (Broken(), 'device lost')]:
+        [t] = TrajectoryCollectEngine(rollout, TOK, calc_group(), config=CollectConfig.tiny(group_size=1)).run([TASK])
+        assert t.status == S.ERROR and msg in t.error
+    def bad_env(row): raise ValueError('no such env')
+    [t] = TrajectoryCollectEngine(ScriptedPolicy(TOK, SCRIPT), TOK, bad_env,
+                                  config=CollectConfig.tiny(group_size=1)).run([TASK])
+    assert t.status == S.ERROR and 'no such env' in t.error and t.input_ids == []
+    [t] = TrajectoryCollectEngine(ScriptedPolicy(TOK, SCRIPT), TOK, calc_group(),
+                                  config=CollectConfig.tiny(group_size=1)).run([{'task_type': 'web'}])
+    assert t.status == S.ERROR and 'known task types' in t.error
+
+
+@pytest.mark.timeout(60)
+def test_concurrency_cap_states_callback_batching_and_version():
+    live, peak, seen = set(), [0], []
+    def on_state(st: EpisodeState):
+        seen.append((st.episode_id, st.status.value))
+        if st.status in (S.RUNNING, S.TOOL_CALLING): live.add(st.episode_id)
+        else: live.discard(st.episode_id)
+        peak[0] = max(peak[0], len(live))
+    policy = ScriptedPolicy(TOK, SCRIPT)
+    policy.update_params(None, version=7)
+    eng = TrajectoryCollectEngine(policy, TOK, calc_group(), on_state=on_state,
+                                  config=CollectConfig.tiny(group_size=4, max_concurrency=6))
+    trajs = eng.run([TASK] * 5)
+    assert len(trajs) == 20 and all(t.status == S.DONE for t in trajs)
+    assert peak[0] <= 6 and all(t.policy_version == 7 for t in trajs)
+    assert all(eng.states[t.episode_id].done for t in trajs)
+    assert max(policy.batcher.batch_sizes) > 1  # concurrent calls were batched
+    assert sum(policy.batcher.batch_sizes) == 60
+    assert [s for e, s in seen if e == trajs[0].episode_id][0] == 'pending'
+
+
+@pytest.mark.timeout(60)
+def test_routing_mixed_task_types_and_dumping(tmp_path):
+    envs = EnvGroup({'calc': EnvSpec(env='tool', tools='calculator', reward_fn='gsm8k', max_turns=5),
+                     'qa': EnvSpec(env='single_turn', reward_fn='exact_match', max_turns=1)})
+    def respond(prompt):
+        if 'Capital of France' in prompt: return 'Paris'
+        return SCRIPT[min(prompt.count('<|im_start|>assistant') - 1, 2)]
+    with DumpWriter(tmp_path, 3) as w:
+        eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, respond), TOK, envs, on_trajectory=w.write,
+                                      config=CollectConfig.tiny(group_size=2))
+        trajs = eng.run([TASK, {'task_type': 'qa', 'question': 'Capital of France?', 'answer': 'Paris'}], step=3)
+    assert [(t.env_name, t.status, t.reward, t.metrics['turns']) for t in trajs] == \
+        [('calc', S.DONE, 1.0, 3)] * 2 + [('qa', S.DONE, 1.0, 1)] * 2
+    assert trajs[2].messages[0]['role'] == 'system' and 'Tools' not in TOK.decode(trajs[2].input_ids)
+    dumped = {t.episode_id: t for t in load_step(tmp_path, 3)}
+    assert sorted(dumped) == sorted(t.episode_id for t in trajs) and all(e.startswith('s3-') for e in dumped)
+    assert all(dumped[t.episode_id].to_dict() == t.to_dict() for t in trajs)
+
+
+def test_config_validation_and_seeds():
+    with pytest.raises(ValueError, match='max_concurrency'): CollectConfig(max_concurrency=0)
+    with pytest.raises(ValueError, match='episode_timeout_s'): CollectConfig(episode_timeout_s=0)
+    assert derive_seed(1, 'g0', 0) == derive_seed(1, 'g0', 0) != derive_seed(1, 'g0', 1)
