@@ -84,3 +84,17 @@ def test_template_tools_layout():
             '</tool_call><|im_end|>\n') in text
     assert '<|im_start|>user\n<tool_response>\nr1\n</tool_response><|im_end|>\n' in text
     assert text.endswith('<|im_start|>user\nthanks<|im_end|>\n')
+
+
+# Pinned: changing the corpus, trainer or special tokens changes token ids and silently breaks every
+# saved tiny model, so such a change must be deliberate (update these two values with it).
+VOCAB_SHA256 = 'd05c3409e3f35b3326f12928eb8545896f9babcbb284ead9f4b1191c2b5bb2f1'
+PINNED_IDS = [522, 672, 32, 52, 56, 488, 59, 264, 485, 291, 32, 55, 50, 46]
+
+
+def test_pinned_vocab_and_ids():
+    import json
+    tok = build_tiny_tokenizer()
+    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+    assert hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest() == VOCAB_SHA256
+    assert tok.encode('Natalia sold 48 clips; the answer is 72.') == PINNED_IDS

@@ -13,7 +13,7 @@ from .types import ToolCall
 log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['log', 'Drift', 'ChatDriftError', 'token_drift', 'truncate_tokens', 'EpisodeEncoder']
+__all__ = ['log', 'Drift', 'ChatDriftError', 'token_drift', 'truncate_tokens', 'escape_special_tokens', 'EpisodeEncoder']
 
 # %% ../nbs/03a_chat.ipynb #b690315c
 @dataclass(frozen=True)
@@ -58,7 +58,17 @@ def truncate_tokens(tokenizer, text: str, max_tokens: int, side: str = 'middle')
         if len(enc(out)) <= max_tokens or keep == 0: return out, n - keep
         keep -= max(1, len(enc(out)) - max_tokens)
 
-# %% ../nbs/03a_chat.ipynb #b897aa2c
+# %% ../nbs/03a_chat.ipynb #c4287602
+def escape_special_tokens(tokenizer, text: str) -> tuple[str, int]:
+    "Break the text of every added/special token in `text` so it tokenizes as plain text; returns (text, count)."
+    n = 0
+    for t in sorted(tokenizer.get_added_vocab(), key=len, reverse=True):
+        if len(t) > 1 and t in text:
+            n += text.count(t)
+            text = text.replace(t, t[0] + '\u200b' + t[1:])
+    return text, n
+
+# %% ../nbs/03a_chat.ipynb #ca41d0df
 _POLICIES = ('warn', 'error', 'realign')
 
 class EpisodeEncoder:
@@ -69,6 +79,7 @@ class EpisodeEncoder:
                  tool_output_max_tokens: int | None = 256,  # cut tool messages to this many tokens
                  tool_output_truncate_side: str = 'middle',  # which part of a long tool output to drop
                  drift_policy: str = 'warn',  # what `prefix_check` does on drift: warn, error, realign
+                 escape_tool_special_tokens: bool = True,  # stop tool output forging special tokens
                  chat_template_kwargs: dict | None = None,  # extra template variables
                  end_of_turn: str | None = None):  # token text that ends an assistant turn
         if drift_policy not in _POLICIES:
@@ -78,6 +89,7 @@ class EpisodeEncoder:
             raise ValueError(f'tool_output_max_tokens must be >= 16 or None, got {tool_output_max_tokens}')
         self.tokenizer, self.max_seq_len, self.drift_policy = tokenizer, max_seq_len, drift_policy
         self.tool_output_max_tokens, self.truncate_side = tool_output_max_tokens, tool_output_truncate_side
+        self.escape_tool_special_tokens = escape_tool_special_tokens
         self.tools = [getattr(t, 'schema', t) for t in (tools or [])] or None
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         if end_of_turn is None:
@@ -89,13 +101,14 @@ class EpisodeEncoder:
         self._n_anchor = 0      # messages up to and including the last assistant turn
         self._closed = True     # did the last assistant turn end with the end-of-turn token?
         self.drift: Drift | None = None
-        self.metrics = {'tool_tokens_cut': 0, 'history_rewrites': 0, 'drift_tokens': 0}
+        self.metrics = {'tool_tokens_cut': 0, 'tool_special_escaped': 0, 'history_rewrites': 0,
+                        'drift_tokens': 0}
 
     def __repr__(self):
         return (f'EpisodeEncoder({len(self.messages)} messages, {len(self.input_ids)} ids, '
                 f'{sum(self.response_mask)} sampled, max_seq_len {self.max_seq_len})')
 
-# %% ../nbs/03a_chat.ipynb #8c130616
+# %% ../nbs/03a_chat.ipynb #aa5e6693
 @patch
 def render(self: EpisodeEncoder, messages: list[dict], add_generation_prompt: bool) -> str:
     "The chat template's text for `messages` (with our tools and template kwargs)."
@@ -116,13 +129,17 @@ def _prepare(self: EpisodeEncoder, m: dict) -> dict:
     m = copy.deepcopy(m)
     if m.get('tool_calls'):
         m['tool_calls'] = [c.to_openai() if isinstance(c, ToolCall) else c for c in m['tool_calls']]
-    if m['role'] == 'tool' and isinstance(m.get('content'), str) and self.tool_output_max_tokens:
-        m['content'], n = truncate_tokens(self.tokenizer, m['content'], self.tool_output_max_tokens,
-                                          self.truncate_side)
-        self.metrics['tool_tokens_cut'] += n
+    if m['role'] == 'tool' and isinstance(m.get('content'), str):
+        if self.escape_tool_special_tokens:
+            m['content'], n = escape_special_tokens(self.tokenizer, m['content'])
+            self.metrics['tool_special_escaped'] += n
+        if self.tool_output_max_tokens:
+            m['content'], n = truncate_tokens(self.tokenizer, m['content'], self.tool_output_max_tokens,
+                                              self.truncate_side)
+            self.metrics['tool_tokens_cut'] += n
     return m
 
-# %% ../nbs/03a_chat.ipynb #af10c689
+# %% ../nbs/03a_chat.ipynb #a77de943
 @patch
 def start(self: EpisodeEncoder, messages: list[dict]) -> list[int]:
     "Encode the initial messages plus the generation prompt; returns the prompt ids."
@@ -134,7 +151,7 @@ def start(self: EpisodeEncoder, messages: list[dict]) -> list[int]:
     self.prompt_len = len(ids)
     return list(ids)
 
-# %% ../nbs/03a_chat.ipynb #f27ebdab
+# %% ../nbs/03a_chat.ipynb #452dd9c9
 @patch
 def add_assistant(self: EpisodeEncoder, token_ids: list[int],  # ids the engine sampled, stop token included
                   logprobs: list[float] | None = None,  # their logprobs (0.0 if not given)
@@ -156,7 +173,7 @@ def add_assistant(self: EpisodeEncoder, token_ids: list[int],  # ids the engine 
     self.messages.append(message)
     self._anchor, self._n_anchor = len(self.input_ids), len(self.messages)
 
-# %% ../nbs/03a_chat.ipynb #a8524617
+# %% ../nbs/03a_chat.ipynb #cab7832d
 @patch
 def _cut(self: EpisodeEncoder, base: str, full: str) -> int:
     "Index in `full` right after the end-of-turn text that closes the last turn of `base`."
@@ -194,7 +211,7 @@ def add_messages(self: EpisodeEncoder, messages: list[dict]) -> list[int]:
     if self._n_anchor == 0: self.prompt_len = len(self.input_ids)
     return tail
 
-# %% ../nbs/03a_chat.ipynb #7e872ac6
+# %% ../nbs/03a_chat.ipynb #47b64ba4
 @patch
 def remaining(self: EpisodeEncoder) -> int:
     "Tokens left before `max_seq_len` (never negative)."
@@ -206,7 +223,7 @@ def to_trajectory_fields(self: EpisodeEncoder) -> dict:
     return dict(input_ids=list(self.input_ids), response_mask=list(self.response_mask),
                 logprobs=list(self.logprobs), prompt_len=self.prompt_len, messages=copy.deepcopy(self.messages))
 
-# %% ../nbs/03a_chat.ipynb #fc25fb67
+# %% ../nbs/03a_chat.ipynb #11b9c000
 @patch
 def _expected_ids(self: EpisodeEncoder) -> list[int]:
     "Ids of a fresh render of the conversation, cut to what we have appended so far."
