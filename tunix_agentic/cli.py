@@ -8,7 +8,7 @@ import argparse, json, logging, platform, sys
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['build_parser', 'main']
+__all__ = ['scripted_calculator_episode', 'format_token_table', 'build_parser', 'main']
 
 # %% ../nbs/12_cli.ipynb #0cb778b1
 def _cmd_info(args) -> int:
@@ -32,18 +32,50 @@ def _cmd_build_default(args) -> int:
     print(default_model_dir(seed=args.seed))
     return 0
 
-# %% ../nbs/12_cli.ipynb #d7b2531b
+# %% ../nbs/12_cli.ipynb #735a9d11
+def scripted_calculator_episode(a: int = 123, b: int = 456, c: int = 789):
+    "Collect one `(a*b)+c` calculator episode with a scripted policy; returns (trajectory, tokenizer)."
+    from tunix_agentic.tokenizer import build_tiny_tokenizer
+    from tunix_agentic.rollout import ScriptedPolicy
+    from tunix_agentic.envs import ToolEnvironment
+    from tunix_agentic.tools import calculator_tools
+    from tunix_agentic.collector import TrajectoryCollectEngine, CollectConfig
+    tok = build_tiny_tokenizer()
+    call = lambda name, x, y: f'<tool_call>\n{{"name": "{name}", "arguments": {{"a": {x}, "b": {y}}}}}\n</tool_call>'
+    policy = ScriptedPolicy(tok, [call('multiply', a, b), call('add', a * b, c), f'The answer is {a * b + c}.'])
+    task = {'question': f'What is {a} * {b} + {c}?', 'answer': f'#### {a * b + c}'}
+    env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_steps=4)
+    engine = TrajectoryCollectEngine(policy, tok, env_fn, config=CollectConfig(max_turns=4, group_size=1))
+    return engine.run([task])[0], tok
+
+# %% ../nbs/12_cli.ipynb #7878a223
+def format_token_table(traj, tokenizer, max_chars: int = 90) -> str:
+    "Runs of tokens with equal mask: mask, token count, first ids, mean logprob, decoded text."
+    rows, i, n = [], 0, len(traj.input_ids)
+    while i < n:
+        j = i
+        while j < n and traj.response_mask[j] == traj.response_mask[i]: j += 1
+        ids = traj.input_ids[i:j]
+        text = tokenizer.decode(ids, skip_special_tokens=False)
+        text = repr(text if len(text) <= max_chars else text[:max_chars // 2] + ' … ' + text[-max_chars // 2:])
+        lp = f'{sum(traj.logprobs[i:j]) / (j - i):7.3f}' if traj.response_mask[i] else '      -'
+        rows.append(f'{traj.response_mask[i]:>4} {j - i:>5} {str(ids[:3])[:-1] + (", …]" if j - i > 3 else "]"):<22} {lp}  {text}')
+        i = j
+    return f'mask {"n":>5} {"ids":<22} mean_lp  text\n' + '\n'.join(rows)
+
+# %% ../nbs/12_cli.ipynb #fe9b87a5
 def _cmd_episode(args) -> int:
     "Collect one scripted calculator episode and print its chat, tokens and masks."
-    from tunix_agentic.collector import scripted_calculator_episode, format_token_table
     traj, tokenizer = scripted_calculator_episode(a=args.a, b=args.b, c=args.c)
     print(f'status={traj.status.value} reward={traj.reward:g} turns={traj.num_turns} '
           f'tokens={len(traj.input_ids)} sampled={traj.num_response_tokens}\n')
-    for m in traj.messages: print(f'[{m["role"]}] {m.get("content", "")} {m.get("tool_calls", "") or ""}'.rstrip())
+    for m in traj.messages:
+        calls = ' '.join(json.dumps(c.get('function', c)) for c in m.get('tool_calls') or [])
+        print(f'[{m["role"]}] {m.get("content") or ""} {calls}'.rstrip())
     print('\n' + format_token_table(traj, tokenizer))
     return 0
 
-# %% ../nbs/12_cli.ipynb #f311a8af
+# %% ../nbs/12_cli.ipynb #0cdeae8e
 def _cmd_demo(args) -> int:
     "Run the CPU demo: SFT warm start, then GRPO with multi-turn tool use."
     from tunix_agentic.demo import DemoConfig, run_demo
@@ -53,7 +85,7 @@ def _cmd_demo(args) -> int:
     result = run_demo(cfg)
     return 0 if result.get('ok', True) else 1
 
-# %% ../nbs/12_cli.ipynb #804112db
+# %% ../nbs/12_cli.ipynb #62b1aceb
 def build_parser() -> argparse.ArgumentParser:
     "The `tunix-agentic` argument parser."
     p = argparse.ArgumentParser(prog='tunix-agentic', description='Multi-turn, tool-using RL of language models in JAX.')
@@ -75,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(fn=_cmd_info)
     return p
 
-# %% ../nbs/12_cli.ipynb #cf771918
+# %% ../nbs/12_cli.ipynb #f4eb8efa
 def main(argv: list[str] | None = None) -> int:
     "Entry point of the `tunix-agentic` console script."
     args = build_parser().parse_args(argv)
