@@ -1,0 +1,34 @@
+"""The console script as a user runs it: a real subprocess of the installed entry point."""
+import os, shutil, subprocess, sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent / 'tunix-agentic'
+
+
+def run(*args, timeout=120):
+    exe = [str(BIN)] if BIN.exists() else [sys.executable, '-m', 'tunix_agentic.cli']
+    return subprocess.run([*exe, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+
+
+def test_help_lists_subcommands():
+    r = run('--help')
+    assert r.returncode == 0, r.stderr
+    for cmd in ('demo', 'episode', 'build-default', 'info'): assert cmd in r.stdout
+
+
+def test_unknown_subcommand_is_a_clear_error():
+    r = run('train')
+    assert r.returncode == 2 and "invalid choice: 'train'" in r.stderr
+
+
+@pytest.mark.timeout(180)
+def test_episode_prints_tokens_and_masks():
+    r = run('episode', '--a', '12', '--b', '34', '--c', '56')
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert 'status=done reward=1 turns=3' in r.stdout
+    assert 'The answer is 464.<|im_end|>' in r.stdout
+    mask_rows = [l.split()[0] for l in r.stdout.splitlines() if l[:4].strip() in ('0', '1') and len(l.split()) > 2]
+    assert mask_rows == ['0', '1', '0', '1', '0', '1'], mask_rows
