@@ -24,20 +24,24 @@ class _Spans(HTMLParser):
     def handle_data(self, data):
         if self._cur is not None: self._cur[1] += data
     def handle_endtag(self, tag):
-        if tag == 'span' and self._cur is not None: self.spans.append(tuple(self._cur)); self._cur = None
+        if tag == 'span' and self._cur is not None:
+            self.spans.append(tuple(self._cur)); self._cur = None
 
 def token_spans(h: str) -> list[tuple[dict, str]]:
     p = _Spans(); p.feed(h); return p.spans
 
 EVIL = '<script>alert("x")</script>&\'"'
 
-def make_traj(reward=1.0, status='done', env='calc', eid='e0', group='g0', n_prompt=3) -> Trajectory:
+def make_traj(reward=1.0, status='done', env='calc', eid='e0', group='g0',
+              n_prompt=3) -> Trajectory:
     msgs = [{'role': 'system', 'content': 'calc'}, {'role': 'user', 'content': EVIL},
-            {'role': 'assistant', 'content': '', 'tool_calls': [ToolCall('add', {'a': 1, 'b': EVIL}).to_openai()]},
+            {'role': 'assistant', 'content': '',
+             'tool_calls': [ToolCall('add', {'a': 1, 'b': EVIL}).to_openai()]},
             {'role': 'tool', 'name': 'add', 'content': 'Error: ' + EVIL},
             {'role': 'assistant', 'content': 'done ' + EVIL}]
     mask = [0] * n_prompt + [1, 1, 0, 0, 1, 1]
-    return Trajectory(task={'question': EVIL}, messages=msgs, reward=reward, status=status, env_name=env,
+    return Trajectory(task={'question': EVIL}, messages=msgs, reward=reward, status=status,
+                      env_name=env,
                       steps=[Step(reward=0.0, action=Action(parse_errors=['bad ' + EVIL])),
                              Step(reward=reward, done=True)],
                       input_ids=list(range(len(mask))), response_mask=mask,
@@ -58,7 +62,8 @@ def write_dump(d: Path, step: int, trajs, torn: str | None = None) -> Path:
 def test_untrusted_text_is_escaped_everywhere():
     h = wd.render_trajectory(make_traj())
     assert '<script>' not in h and 'alert("x")' not in h
-    assert h.count('&lt;script&gt;') >= 6  # user msg, call args, tool error, answer, parse error, task
+    # user msg, call args, tool error, answer, parse error, task
+    assert h.count('&lt;script&gt;') >= 6
     assert 'bad &lt;script&gt;' in h  # parse errors shown on their step
 
 
@@ -103,12 +108,17 @@ def test_render_trajectory_from_dict_and_header():
 def test_load_dump_dir_steps_and_torn_line(tmp_path, caplog):
     write_dump(tmp_path, 10, [make_traj(eid='a')])
     write_dump(tmp_path, 2, [make_traj(eid='b'), make_traj(eid='c')], torn='{"task": {"q')
-    (tmp_path / 'extra.jsonl').write_text(json.dumps(make_traj(eid='d').to_dict()) + '\n')
-    with caplog.at_level(logging.WARNING):
+    (tmp_path / 'notes.jsonl').write_text('not a dump\n')  # not a step file: ignored
+    with pytest.warns(RuntimeWarning, match='torn last line'):
         d = wd.load_dump_dir(tmp_path)
-    assert list(d) == [2, 10, 11]
+    assert list(d) == [2, 10]
     assert [t.episode_id for t in d[2]] == ['b', 'c']
-    assert 'skipped unreadable line' in caplog.text
+    # a bad line in the middle: dumps.load_step refuses the file, the viewer keeps what parses
+    p = write_dump(tmp_path, 3, [make_traj(eid='x')], torn='garbage\n')
+    write_dump(tmp_path, 3, [make_traj(eid='y')])
+    with caplog.at_level(logging.WARNING), pytest.warns(RuntimeWarning):
+        d = wd.load_dump_dir(tmp_path)
+    assert [t.episode_id for t in d[3]] == ['x', 'y'] and 'skipped unreadable line' in caplog.text
 
 
 def test_metrics_plot_curves(tmp_path):
@@ -143,7 +153,7 @@ def dump_dir(tmp_path):
 
 def test_dump_viewer_slider_filters_and_buttons(dump_dir):
     v = wd.DumpViewer(dump_dir)
-    assert v.step == 5 and v.step_label.value == 'step 5 (2/2)'
+    assert v.step == 5 and v.step_label.value == 'step 5 (2/2)' and v.load_notes == []
     assert len(v.episode_list.options) == 4 and 's5-0' in v.view.value
     v.next_button.click(); v.next_button.click()
     assert v.episode_list.value == 2 and 's5-2' in v.view.value
@@ -184,3 +194,223 @@ def test_dump_viewer_empty_folder(tmp_path):
     v.refresh_button.click()
     assert v.step == 1 and 'first' in v.view.value
     with pytest.raises(FileNotFoundError, match='missing'): wd.DumpViewer(tmp_path / 'missing')
+
+
+def test_dump_viewer_reports_torn_line(dump_dir):
+    write_dump(dump_dir, 5, [], torn='{"cut')
+    v = wd.DumpViewer(dump_dir)
+    assert len(v.episodes) == 4 and 'torn last line' in v.summary.value
+
+
+# ---------------------------------------------------------------- episode stepper
+from tunix_agentic.collector import CollectConfig, TrajectoryCollectEngine
+from tunix_agentic.dumps import DumpWriter
+from tunix_agentic.envs import EnvGroup, EnvSpec
+from tunix_agentic.rollout import ScriptedPolicy, SamplingParams
+from tunix_agentic.tokenizer import build_tiny_tokenizer
+from tunix_agentic.tools import calculator_tools
+
+TOK = build_tiny_tokenizer()
+IM_END = TOK.convert_tokens_to_ids('<|im_end|>')
+SCRIPT = ['<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n</tool_call>',
+          '<tool_call>\n{"name": "add", "arguments": {"a": 408, "b": 17}}\n</tool_call>',
+          '12*34 = 408 and 408 + 17 = 425. #### 425']
+TASK = {'task_type': 'calc', 'question': 'What is 12*34+17?', 'answer': '#### 425'}
+QA = {'task_type': 'qa', 'question': 'Capital of France?', 'answer': 'Paris'}
+
+
+def group(max_turns=5):
+    return EnvGroup({'calc': EnvSpec(env='tool', tools=calculator_tools(), reward_fn='gsm8k',
+                                     max_turns=max_turns),
+                     'qa': EnvSpec(env='single_turn', reward_fn='exact_match', max_turns=1)})
+
+
+def spans(mask):
+    out, start = [], None
+    for i, m in enumerate(list(mask) + [0]):
+        if m and start is None: start = i
+        if not m and start is not None: out.append((start, i)); start = None
+    return out
+
+
+def no_timings(x):
+    "Drop measured latencies (the only thing a replay may change)."
+    if isinstance(x, dict): return {k: no_timings(v) for k, v in x.items() if k != 'latency_s'}
+    if isinstance(x, list): return [no_timings(v) for v in x]
+    return x
+
+
+def stepper(policies='scripted', **kw):
+    if policies == 'scripted': policies = {'scripted': ScriptedPolicy(TOK, SCRIPT, logprob=-0.75)}
+    return wd.EpisodeStepper(group(kw.pop('max_turns', 5)), [TASK, QA], TOK, policies=policies,
+                             config=kw.pop('config', CollectConfig.tiny(group_size=1)), **kw)
+
+
+@pytest.mark.timeout(60)
+def test_driver_matches_collector_token_for_token():
+    cfg = CollectConfig.tiny(group_size=1)
+    d = wd.EpisodeDriver(TOK, ScriptedPolicy(TOK, SCRIPT, logprob=-0.75), cfg)
+    wd.run_async(d.reset(group().make(TASK), TASK, seed=11))
+    while not d.done: t = wd.run_async(d.step())
+    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, SCRIPT, logprob=-0.75), TOK, group(),
+                                  config=cfg)
+    ref = wd.run_async(eng.collect(TASK, env_seed=11))
+    for k in ('input_ids', 'response_mask', 'logprobs', 'messages', 'prompt_len', 'reward',
+              'status'):
+        assert getattr(t, k) == getattr(ref, k), k
+    assert [s.reward for s in t.steps] == [s.reward for s in ref.steps]
+    assert [s.mc_return for s in t.steps] == [s.mc_return for s in ref.steps]
+    for k in ('turns', 'tool_calls', 'tool_errors', 'parse_errors', 'drift'):
+        assert t.metrics[k] == ref.metrics[k], k
+    # golden rules: mask 1 exactly on the sampled turns (<|im_end|> included)
+    assert [t.input_ids[a:b] for a, b in spans(t.response_mask)] == \
+        [TOK.encode(s, add_special_tokens=False) + [IM_END] for s in SCRIPT]
+    assert len(d.history) == 4 and [h.num_turns for h in d.history] == [0, 1, 2, 3]
+
+
+@pytest.mark.timeout(60)
+def test_stepper_buttons_chat_and_token_strip():
+    s = stepper()
+    assert s.env_dropdown.options == ('calc', 'qa')
+    assert [o[1] for o in s.task_dropdown.options] == [0]  # routed by task_type
+    t = s.trajectory
+    assert t.status == 'running' and t.num_turns == 0 and s.back_button.disabled
+    assert len(token_spans(s.tokens_html.value)) == t.prompt_len == len(t.input_ids)
+    s.step_button.click()
+    chat = s.chat_html.value
+    assert 'parsed call multiply({&quot;a&quot;: 12, &quot;b&quot;: 34})' in chat
+    assert 'tool · multiply' in chat and '>408</pre>' in chat  # tool output
+    assert 'reward 0' in chat and '>running<' in s.state_html.value
+    assert 'turn 1/4' in s.state_html.value  # min(config max_turns 4, env max_turns 5)
+    s.step_button.click(); s.step_button.click()
+    t = s.trajectory
+    assert (t.status, t.reward, t.num_turns) == ('done', 1.0, 3)
+    assert '>done<' in s.state_html.value and 'reward 1' in s.chat_html.value
+    assert s.step_button.disabled and s.send_button.disabled and not s.back_button.disabled
+    # the strip: one span per token, class and colour by mask, hover = id, decoded text, logprob
+    sp = token_spans(s.tokens_html.value)
+    assert len(sp) == len(t.input_ids)
+    for j, (a, text) in enumerate(sp):
+        m, i = t.response_mask[j], t.input_ids[j]
+        assert f'ta-mask{m}' in a['class'] and wd.MASK_COLORS[m] in a['style']
+        assert a['title'] == \
+            f'#{j} id={i} mask={m} text={TOK.decode([i])!r} logprob={t.logprobs[j]:.4f}'
+    assert ''.join(txt for (a, txt) in sp if 'ta-mask1' in a['class']).replace('↵\n', '\n') == \
+        ''.join(x + '<|im_end|>' for x in SCRIPT)
+
+
+@pytest.mark.timeout(60)
+def test_stepper_back_replays_and_continues_identically():
+    s = stepper()
+    for _ in range(3): s.step_button.click()
+    full = s.trajectory
+    hist = [h.input_ids for h in s.driver.history]
+    s.back_button.click(); s.back_button.click()
+    assert s.driver.turn == 1 and s.trajectory.status == 'running'
+    assert [h.input_ids for h in s.driver.history] == hist[:2]
+    assert s.trajectory.input_ids == hist[1]
+    s.step_button.click(); s.step_button.click()  # continue live from the restored state
+    assert no_timings(s.trajectory.to_dict()) == no_timings(full.to_dict())
+    for _ in range(3): s.back_button.click()
+    assert s.driver.turn == 0 and s.back_button.disabled and s.trajectory.input_ids == hist[0]
+
+
+@pytest.mark.timeout(60)
+def test_stepper_typed_turns_reset_and_env_switch():
+    s = stepper()
+    s.text_input.value = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 2}}\n</tool_call>'
+    s.send_button.click()
+    t = s.trajectory
+    assert s.text_input.value == '' and t.steps[0].info['source'] == 'human'
+    assert 'typed by a person' in s.chat_html.value and 'parsed call add' in s.chat_html.value
+    a, b = spans(t.response_mask)[0]
+    typed = TOK.encode(t.steps[0].model_response, add_special_tokens=False)
+    assert t.input_ids[a:b] == typed + [IM_END]
+    assert t.logprobs[a:b] == [0.0] * (b - a)  # nothing was sampled
+    s.text_input.value = 'broken <tool_call>{"name": </tool_call>'
+    s.send_button.click()
+    assert 'parse error' in s.chat_html.value and s.trajectory.metrics['parse_errors'] == 1
+    s.send_button.click()  # empty box
+    assert 'type an assistant turn first' in s.message.value
+    s.seed_input.value = 5
+    s.reset_button.click()
+    assert s.driver.turn == 0 and s.driver.seed == 5 and s.message.value == ''
+    s.env_dropdown.value = 'qa'  # other tasks, new episode, no tools in the prompt
+    assert [o[1] for o in s.task_dropdown.options] == [1]
+    assert 'Capital of France' in s.chat_html.value and s.trajectory.env_name == 'qa'
+    s.text_input.value = 'Paris'
+    s.send_button.click()
+    assert (s.trajectory.status, s.trajectory.reward) == ('done', 1.0)
+
+
+@pytest.mark.timeout(60)
+def test_stepper_budgets_and_errors_are_shown_not_raised():
+    s = stepper(policies=None)
+    assert s.step_button.disabled and s.policy_dropdown.disabled
+    s.step()  # called anyway: a message, no exception
+    assert 'no policy' in s.message.value and s.driver.turn == 0
+    # max_turns: one turn allowed, the turn calls a tool
+    s = stepper(config=CollectConfig.tiny(group_size=1, max_turns=1))
+    s.step_button.click()
+    assert s.trajectory.status == 'max_turns' and s.step_button.disabled
+    s.driver.policy = None
+    with pytest.raises(ValueError, match='has ended'): wd.run_async(s.driver.step('x'))
+    # max_length: the budget is spent by the first turn
+    n = s.driver.history[0].prompt_len
+    s = stepper(config=CollectConfig.tiny(group_size=1, max_seq_len=n + 5))
+    s.step_button.click()
+    t = s.trajectory
+    assert t.status == 'max_length' and len(t.input_ids) <= n + 5
+    assert 'cut at max tokens' in s.chat_html.value
+
+
+@pytest.mark.timeout(60)
+def test_buttons_work_inside_a_running_event_loop():
+    "As in Jupyter, where the kernel's loop runs while callbacks fire."
+    import asyncio
+    s = stepper()
+    async def in_kernel():
+        s.step_button.click(); s.back_button.click(); s.step_button.click()
+        return s.trajectory.num_turns
+    assert asyncio.run(in_kernel()) == 1
+
+
+@pytest.mark.timeout(120)
+def test_viewer_opens_collector_dumps_and_plots(tmp_path):
+    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, SCRIPT), TOK, group(),
+                                  config=CollectConfig.tiny(group_size=2))
+    for step in range(2):
+        trajs = eng.run([TASK, QA], step=step)
+        with DumpWriter(tmp_path, step) as w:
+            for t in trajs: w.write(t)
+    v = wd.DumpViewer(tmp_path, TOK)
+    assert v.env_filter.options == ('all', 'calc', 'qa') and len(v.episodes) == 4
+    v.env_filter.value = 'calc'
+    t = v.episodes[0]
+    assert t.status == 'done' and 'parsed call multiply' in v.view.value
+    assert len(token_spans(v.view.value)) == len(t.input_ids)
+    rows = wd.dump_metrics(tmp_path)
+    assert set(rows) == {0, 1}
+    assert rows[0]['metrics/tool_calls'] == 1.5  # calc 2 calls, qa 1 (the script's first turn)
+    fig = wd.plot_metrics(tmp_path)
+    assert [ax.get_title() for ax in fig.axes][0] == 'reward/mean'
+    v.plot_button.click()
+    assert v.plot.value[:4] == b'\x89PNG'
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_stepper_with_tiny_model_matches_collector():
+    from tunix_agentic.default_model import load_default
+    from tunix_agentic.sampler import JaxSampler
+    model, mcfg, tok = load_default()
+    pol = JaxSampler(model, mcfg, tok)
+    cfg = CollectConfig.tiny(group_size=1, max_turns=2, sampling=SamplingParams(max_new_tokens=12))
+    s = wd.EpisodeStepper(group(), [TASK], tok, policies={'tiny': pol}, config=cfg, seed=3)
+    while not s.step_button.disabled: s.step_button.click()
+    t = s.trajectory
+    assert s.message.value == '' and t.num_turns >= 1 and sum(t.response_mask) > 0
+    eng = TrajectoryCollectEngine(pol, tok, group(), config=cfg)
+    ref = wd.run_async(eng.collect(TASK, env_seed=3, sampling_seed=s.driver.sampling_seed))
+    assert (t.input_ids, t.response_mask, t.logprobs, t.status) == \
+        (ref.input_ids, ref.response_mask, ref.logprobs, ref.status)
