@@ -250,3 +250,56 @@ def test_config_validation_and_seeds():
     with pytest.raises(ValueError, match='max_concurrency'): CollectConfig(max_concurrency=0)
     with pytest.raises(ValueError, match='episode_timeout_s'): CollectConfig(episode_timeout_s=0)
     assert derive_seed(1, 'g0', 0) == derive_seed(1, 'g0', 0) != derive_seed(1, 'g0', 1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_real_jax_sampler_token_in_token_out():
+    "With the tiny random model: every model call saw a prefix of the trajectory and its sampled ids sit there."
+    from tunix_agentic.default_model import load_default
+    from tunix_agentic.sampler import JaxSampler
+    model, cfg, tok = load_default()
+    calls = []
+    class Recording(JaxSampler):
+        def generate(self, prompts, params):
+            outs = super().generate(prompts, params)
+            calls.extend(zip(map(list, prompts), outs))
+            return outs
+    sampler = Recording(model, cfg, tok)
+    eng = TrajectoryCollectEngine(sampler, tok, calc_group(max_turns=2),
+                                  config=CollectConfig.tiny(group_size=2, max_seq_len=1024,
+                                                            sampling=SamplingParams(max_new_tokens=12)))
+    trajs = eng.run([TASK])
+    assert len(trajs) == 2
+    for t in trajs:
+        assert t.status in (S.DONE, S.MAX_TURNS, S.MAX_LENGTH) and t.error is None, (t.status, t.error)
+        mine = [(p, o) for p, o in calls if t.input_ids[:len(p)] == p
+                and t.input_ids[len(p):len(p) + len(o.token_ids)] == o.token_ids]
+        assert len(mine) == t.metrics['turns'] >= 1
+        for p, o in mine:
+            n = len(o.token_ids)
+            assert t.response_mask[len(p):len(p) + n] == [1] * n
+            assert t.logprobs[len(p):len(p) + n] == pytest.approx(o.logprobs)
+        assert sum(t.response_mask) == sum(len(o.token_ids) for _, o in mine)
+    assert trajs[0].input_ids[:trajs[0].prompt_len] == trajs[1].input_ids[:trajs[1].prompt_len]
+
+
+class Paying(BaseTool):
+    "A tool whose every call earns a step reward of 0.25."
+    def __init__(self):
+        super().__init__(name='pay', description='Pays.', parameters={'type': 'object', 'properties': {}})
+    async def execute(self, instance_id, parameters, **kw): return 'paid', 0.25, {}
+
+
+@pytest.mark.timeout(60)
+def test_step_rewards_final_reward_and_discounted_returns():
+    pay = '<tool_call>\n{"name": "pay", "arguments": {}}\n</tool_call>'
+    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, [pay, pay, '#### 425']), TOK,
+                                  calc_group(extra_tools=[Paying()]),
+                                  final_reward_fn=lambda task, traj: 0.5,
+                                  config=CollectConfig.tiny(group_size=1, gamma=0.5))
+    [t] = eng.run([TASK])
+    assert t.status == S.DONE
+    assert [s.reward for s in t.steps] == [0.25, 0.25, 1.5]  # tool rewards; answer 1.0 + final 0.5
+    assert [s.mc_return for s in t.steps] == pytest.approx([0.25 + 0.5 * 1.0, 0.25 + 0.5 * 1.5, 1.5])
+    assert t.reward == pytest.approx(2.0)
