@@ -194,14 +194,15 @@ def test_fuzz_10000_parser_and_tools():
         manager = ToolManager(calculator_tools(), call_timeout=5.0)
     except Exception:  # tools module not there yet: parsers only
         manager = None
-    escaped, n_calls, n_errors = 0, 0, 0
+    escaped, n_calls, n_errors, internal = 0, 0, 0, 0
 
     async def run_all():
-        nonlocal escaped, n_calls, n_errors
+        nonlocal escaped, n_calls, n_errors, internal
         for k, text in enumerate(outputs):
             try:
                 r = get_tool_parser(NAMES[k % 4]).parse(text)
                 n_calls += len(r.calls); n_errors += len(r.errors)
+                internal += any('parser failed' in e for e in r.errors)  # the catch-all fired
                 if manager is not None and r.calls:
                     async with manager.session() as s:
                         outs = await s.execute(r.calls)
@@ -210,5 +211,15 @@ def test_fuzz_10000_parser_and_tools():
                 escaped += 1
     asyncio.run(run_all())
     print(f'fuzz: {len(outputs)} outputs, {n_calls} calls, {n_errors} parse errors, '
-          f'tools={"ToolManager" if manager else "absent"}, exceptions escaped: {escaped}')
-    assert escaped == 0
+          f'tools={"ToolManager" if manager else "absent"}, parser catch-all used: {internal}, '
+          f'exceptions escaped: {escaped}')
+    assert escaped == 0 and internal == 0
+
+
+@pytest.mark.parametrize('fmt', ['qwen', 'qwen3', 'llama3_json'])
+def test_tags_inside_json_strings(fmt):
+    "Markup inside a string argument is data, not markup (found by hypothesis)."
+    p = get_tool_parser(fmt)
+    args = {'s': '</tool_call> <tool_call> <think> </think> <|python_tag|> ; }'}
+    r = p.parse(p.format_calls([ToolCall('echo', args), ToolCall('b', {})]))
+    assert r.calls == [ToolCall('echo', args), ToolCall('b', {})] and r.errors == []
