@@ -10,7 +10,7 @@ Every output must be a ToolOutput with a string name, a call id, a string text w
 budget and a JSON-serialisable chat message; every instance must be released. Exceptions are counted,
 not just caught: the tests assert that 0 escaped and print the figures (run with -s to see them).
 """
-import asyncio, json, random, string
+import asyncio, json, random, string, zlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -27,7 +27,7 @@ class FakeBackend:
     "A sandbox backend that returns canned results without starting processes (fuzz speed)."
     def make_workdir(self): return None
     async def run(self, code, *, workdir=None, timeout=None):
-        h = hash(code) % 5
+        h = zlib.crc32(str(code).encode('utf-8', 'replace')) % 5
         st_ = ['ok', 'error', 'timeout', 'killed', 'sandbox_error'][h]
         return SandboxResult(st_, stdout=str(code)[:3000], stderr='E' * (h * 100), return_code=h,
                              message='m')

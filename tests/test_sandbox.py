@@ -256,3 +256,15 @@ def test_fusion_concurrency_limited():
         rs, peak = run(go())
     assert [r.stdout for r in rs] == [f'{i}\n' for i in range(6)]
     assert 1 <= peak <= 2 and c.limiter.in_flight == 0
+
+
+@pytest.mark.timeout(60)
+def test_isolation_none_still_limits():
+    "With isolation='none' (what a non-root user gets) the rlimits, timeout and env scrub still hold."
+    sbx = LocalSandbox(SandboxConfig.tiny(isolation='none', memory_mb=256))
+    r = run(sbx.run('import os\nprint(sorted(os.environ))\nb = bytearray(2**30)'))
+    assert r.status == 'error' and 'MemoryError' in r.stderr
+    assert r.isolation['missing'] == ['netns', 'mountns', 'readonly_fs', 'pidns', 'uid']
+    assert 'TUNIX' not in r.stdout and 'PYTHONUNBUFFERED' not in r.stdout
+    assert run(sbx.run('while True: pass', timeout=0.5)).status == 'timeout'
+    next_call_works(sbx)

@@ -371,7 +371,9 @@ async def start(self: ToolSession):
             self.create_errors[name] = _error_text(e)
     await asyncio.gather(*(one(n, t) for n, t in self.manager.tools.items()))
 
-# %% ../nbs/01_tools.ipynb #9e002b07
+# %% ../nbs/01_tools.ipynb #c6edfabb
+class _CallTimeout(Exception): "The per-call timeout of the ToolManager expired."
+
 def _call_fields(call: Any) -> tuple[Any, Any, Any]:
     if isinstance(call, ToolCall): return call.name, call.arguments, call.id
     if isinstance(call, dict):
@@ -398,24 +400,31 @@ def _check_call(self: ToolSession, name: Any, args: Any) -> tuple[BaseTool, dict
         raise ToolError(f'tool {name} is unavailable: {self.create_errors[name]}')
     return tools[name], args
 
-# %% ../nbs/01_tools.ipynb #f8e45b0e
+# %% ../nbs/01_tools.ipynb #0a0420e7
 @patch
 async def _run_one(self: ToolSession, call: Any, call_id: str) -> ToolOutput:
     t0, m = time.monotonic(), self.manager
     name, args, _ = _call_fields(call)
     shown = name if isinstance(name, str) else short(name)
     try:
+        if self.released: raise ToolError('the tool session of this episode was already released')
         tool, args = _check_call(self, name, args)
         async def run():
             coro = tool.execute(self.instance_ids[name], args, **self._kw(name, 'execute_kwargs'))
-            return await asyncio.wait_for(coro, m.call_timeout) if m.call_timeout else await coro
+            if not m.call_timeout: return await coro
+            cm = asyncio.timeout(m.call_timeout)
+            try:
+                async with cm: return await coro
+            except TimeoutError:  # ours, or the tool's own (which is just an exception)
+                if cm.expired(): raise _CallTimeout() from None
+                raise
         if m.rate_limiter is None: text, reward, metrics = await run()
         else:
             async with m.rate_limiter.slot(name): text, reward, metrics = await run()
         text = truncate_middle(_as_text(text), m.max_output_chars)
         out = ToolOutput(name, output=text, call_id=call_id, reward=float(reward),
                          metadata=dict(metrics or {}))
-    except asyncio.TimeoutError:
+    except _CallTimeout:
         msg = f'{shown} timed out after {m.call_timeout:g} s'
         out = ToolOutput(shown, error=msg, call_id=call_id)
     except Exception as e:  # noqa: BLE001 — every failure becomes a message to the model
@@ -424,12 +433,11 @@ async def _run_one(self: ToolSession, call: Any, call_id: str) -> ToolOutput:
     out.metadata['latency_s'] = time.monotonic() - t0
     return out
 
-# %% ../nbs/01_tools.ipynb #b93f7dc7
+# %% ../nbs/01_tools.ipynb #ccd3f2f8
 @patch
 async def execute(self: ToolSession, calls: list[ToolCall]) -> list[ToolOutput]:
     "Run one turn's calls concurrently; outputs in call order; never raises (except cancellation)."
-    if self.released: raise RuntimeError('ToolSession.execute after release()')
-    if not self.started: await self.start()
+    if not self.started and not self.released: await self.start()
     ids = []
     for c in list(calls or []):
         cid = _call_fields(c)[2]
