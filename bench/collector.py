@@ -1,8 +1,9 @@
 """Benchmark of the trajectory collector (CPU only; no model).
 
-(a) Framework overhead: an instant scripted policy and instant calculator tools, N episodes x 3 turns
-    (two tool calls, then the answer). Reports episodes/s and the framework overhead per turn: wall time
-    minus the time the (scripted) engine spent in its batch calls, divided by the turns.
+(a) Framework overhead: an instant scripted policy and instant calculator tools, N episodes x 3
+    turns (two tool calls, then the answer). Reports episodes/s and the framework overhead per turn:
+    wall time minus the time the (scripted) engine spent in its batch calls, divided by the turns;
+    also the same in process CPU time, which other jobs on a shared machine disturb less.
 (b) Concurrency: tools that sleep 10-100 ms (seeded), M episodes x 3 turns. The critical path is the
     slowest episode's total tool sleep; wall / critical path is 1.0 for perfect overlap, and
     sum(all sleeps) / wall is the effective parallelism.
@@ -30,33 +31,38 @@ SCRIPT = ['<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n<
 
 class TimedPolicy(ScriptedPolicy):
     "ScriptedPolicy that records the time spent inside its batch calls (the 'model' time)."
-    busy_s = 0.0
+    busy_s = busy_cpu_s = 0.0
     def generate(self, prompts, params):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         try: return super().generate(prompts, params)
-        finally: self.busy_s += time.perf_counter() - t
+        finally:
+            self.busy_s += time.perf_counter() - t
+            self.busy_cpu_s += time.thread_time() - c
 
 
 def bench_a(tok, n: int, concurrency: int, prefix_check: bool = True) -> dict:
     policy = TimedPolicy(tok, SCRIPT)
-    envs = EnvGroup({'calc': EnvSpec(env='tool', tools=calculator_tools(), reward_fn='gsm8k', max_turns=5)})
+    envs = EnvGroup({'calc': EnvSpec(env='tool', tools=calculator_tools(), reward_fn='gsm8k',
+                                     max_turns=5)})
     cfg = CollectConfig(max_concurrency=concurrency, max_seq_len=4096, episode_timeout_s=600,
                         sampling=SamplingParams(max_new_tokens=128), prefix_check=prefix_check)
     task = {'task_type': 'calc', 'question': 'What is 12*34+17?', 'answer': '#### 425'}
-    TrajectoryCollectEngine(policy, tok, envs, config=cfg).run([task] * 8)  # warm up (template compile)
-    policy.busy_s = 0.0; policy.batcher.batch_sizes.clear()
+    TrajectoryCollectEngine(policy, tok, envs, config=cfg).run([task] * 8)  # warm up (templates)
+    policy.busy_s = policy.busy_cpu_s = 0.0; policy.batcher.batch_sizes.clear()
     eng = TrajectoryCollectEngine(policy, tok, envs, config=cfg)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     trajs = eng.run([task] * n)
-    wall = time.perf_counter() - t0
-    assert all(t.status == TrajectoryStatus.DONE and t.reward == 1.0 for t in trajs), 'bench (a) episodes failed'
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    ok = all(t.status == TrajectoryStatus.DONE and t.reward == 1.0 for t in trajs)
+    assert ok, 'bench (a): some episodes failed'
     turns = sum(t.metrics['turns'] for t in trajs)
-    tools = sum(t.metrics['time_tools_s'] for t in trajs)  # summed over concurrent episodes (overlaps)
     sizes = policy.batcher.batch_sizes
     return dict(episodes=n, turns=turns, wall_s=wall, eps_per_s=n / wall, turns_per_s=turns / wall,
-                model_busy_s=policy.busy_s, framework_ms_per_turn=1e3 * (wall - policy.busy_s) / turns,
-                wall_ms_per_turn=1e3 * wall / turns, mean_batch=statistics.mean(sizes), batches=len(sizes),
-                tools_sum_s=tools)
+                model_busy_s=policy.busy_s, cpu_s=cpu, wall_ms_per_turn=1e3 * wall / turns,
+                engine_ms_per_turn=1e3 * policy.busy_s / turns,
+                framework_ms_per_turn=1e3 * (wall - policy.busy_s) / turns,
+                framework_cpu_ms_per_turn=1e3 * (cpu - policy.busy_cpu_s) / turns,
+                mean_batch=statistics.mean(sizes), batches=len(sizes))
 
 
 def bench_b(tok, n: int, concurrency: int, seed: int = 0) -> dict:
@@ -70,24 +76,24 @@ def bench_b(tok, n: int, concurrency: int, seed: int = 0) -> dict:
     def respond(prompt: str) -> str:
         plan = [int(x) for x in re.search(r'Nap (\d+) then (\d+)', prompt).groups()]
         k = prompt.count('<tool_response>')
-        if k < 2: return f'<tool_call>\n{{"name": "nap", "arguments": {{"ms": {plan[k]}}}}}\n</tool_call>'
-        return 'Done. #### 0'
+        if k >= 2: return 'Done. #### 0'
+        return f'<tool_call>\n{{"name": "nap", "arguments": {{"ms": {plan[k]}}}}}\n</tool_call>'
     policy = TimedPolicy(tok, respond)
-    envs = EnvGroup({'nap': EnvSpec(env='tool', tools=[FunctionTool.from_function(nap)], reward_fn='gsm8k',
-                                    max_turns=5)})
+    envs = EnvGroup({'nap': EnvSpec(env='tool', tools=[FunctionTool.from_function(nap)],
+                                    reward_fn='gsm8k', max_turns=5)})
     cfg = CollectConfig(max_concurrency=concurrency, max_seq_len=4096, episode_timeout_s=600)
     tasks = [{'question': f'Nap {a} then {b}.', 'answer': '0'} for a, b in sleeps]
     eng = TrajectoryCollectEngine(policy, tok, envs, config=cfg)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     trajs = eng.run(tasks)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     bad = [t for t in trajs if t.status != TrajectoryStatus.DONE or t.metrics['tool_calls'] != 2]
     assert not bad, f'bench (b): {len(bad)} episodes failed, e.g. {bad[0].status} {bad[0].error}'
-    crit = max(a + b for a, b in sleeps) / 1000
+    crit = max(a + b for a, b in sleeps) / 1000  # the slowest episode's tool time (model instant)
     total = sum(a + b for a, b in sleeps) / 1000
-    # the critical path if all episodes could run at once, capped by max_concurrency waves
-    return dict(episodes=n, wall_s=wall, critical_path_s=crit, ratio=wall / crit, sequential_s=total,
-                parallelism=total / wall, model_busy_s=policy.busy_s)
+    return dict(episodes=n, wall_s=wall, critical_path_s=crit, ratio=wall / crit,
+                sequential_s=total, parallelism=total / wall, model_busy_s=policy.busy_s, cpu_s=cpu,
+                ratio_vs_cpu_bound=wall / max(crit, cpu))
 
 
 def main(argv=None):
@@ -100,25 +106,33 @@ def main(argv=None):
     tok = build_tiny_tokenizer()
     a = bench_a(tok, args.episodes, args.concurrency)
     print(f"(a) instant policy+tools: {a['episodes']} episodes x 3 turns = {a['turns']} turns in "
-          f"{a['wall_s']:.2f} s -> {a['eps_per_s']:.0f} episodes/s, {a['turns_per_s']:.0f} turns/s; "
-          f"wall {a['wall_ms_per_turn']:.2f} ms/turn = scripted engine {1e3 * a['model_busy_s'] / a['turns']:.2f}"
-          f" + framework {a['framework_ms_per_turn']:.2f} ms/turn; {a['batches']} engine batches, "
+          f"{a['wall_s']:.2f} s -> {a['eps_per_s']:.0f} episodes/s, {a['turns_per_s']:.0f} turns/s")
+    print(f"    wall {a['wall_ms_per_turn']:.2f} ms/turn = scripted engine "
+          f"{a['engine_ms_per_turn']:.2f}"
+          f" + framework {a['framework_ms_per_turn']:.2f}; framework CPU "
+          f"{a['framework_cpu_ms_per_turn']:.2f} ms/turn; {a['batches']} engine batches, "
           f"mean size {a['mean_batch']:.1f}")
     a2 = bench_a(tok, args.episodes, args.concurrency, prefix_check=False)
-    print(f"    same without the end-of-episode prefix check: {a2['eps_per_s']:.0f} episodes/s, framework "
-          f"{a2['framework_ms_per_turn']:.2f} ms/turn (with/without = {a['framework_ms_per_turn'] / a2['framework_ms_per_turn']:.2f}x)")
+    gain = a['framework_cpu_ms_per_turn'] / a2['framework_cpu_ms_per_turn']
+    print(f"    without the end-of-episode prefix check: {a2['eps_per_s']:.0f} episodes/s, "
+          f"framework {a2['framework_ms_per_turn']:.2f} ms/turn wall, "
+          f"{a2['framework_cpu_ms_per_turn']:.2f} CPU (with / without = {gain:.2f}x)")
     b = bench_b(tok, args.sleep_episodes, args.concurrency)
-    cpu_s = b['episodes'] * 3 * a['framework_ms_per_turn'] / 1e3
-    print(f"(b) tools sleeping 10-100 ms: {b['episodes']} episodes x 2 calls; wall {b['wall_s']:.3f} s vs "
-          f"critical path {b['critical_path_s']:.3f} s -> ratio {b['ratio']:.2f} (1.00 = perfect overlap); "
-          f"sequential sum {b['sequential_s']:.1f} s -> effective parallelism {b['parallelism']:.0f}x; "
-          f"framework CPU at (a)'s rate ~{cpu_s:.2f} s, so wall >= max(critical path, CPU work)")
+    print(f"(b) tools sleeping 10-100 ms: {b['episodes']} episodes x 2 calls; wall "
+          f"{b['wall_s']:.3f} s vs critical path {b['critical_path_s']:.3f} s -> ratio "
+          f"{b['ratio']:.2f} (1.00 = perfect)")
+    print(f"    sequential sum {b['sequential_s']:.1f} s -> effective parallelism "
+          f"{b['parallelism']:.0f}x; process CPU {b['cpu_s']:.2f} s -> "
+          f"wall / max(critical path, CPU) = {b['ratio_vs_cpu_bound']:.2f}")
     if args.json:
-        with open(args.json, 'w') as f: json.dump({'a': a, 'a_no_prefix_check': a2, 'b': b}, f, indent=1)
-    print(f"FIGURES: (a) {a['eps_per_s']:.0f} episodes/s, framework overhead {a['framework_ms_per_turn']:.2f} ms/turn"
-          f" ({a['episodes']} episodes x 3 turns); (b) wall/critical path = {b['ratio']:.2f}"
-          f" ({b['episodes']} episodes, tools 10-100 ms); cpu_count={os.cpu_count()}, "
-          f"load average {os.getloadavg()[0]:.1f}")
+        with open(args.json, 'w') as f:
+            json.dump({'a': a, 'a_no_prefix_check': a2, 'b': b}, f, indent=1)
+    print(f"FIGURES: (a) {a['eps_per_s']:.0f} episodes/s, framework overhead "
+          f"{a['framework_ms_per_turn']:.2f} ms/turn wall "
+          f"({a['framework_cpu_ms_per_turn']:.2f} CPU), {a['episodes']} episodes x 3 turns; "
+          f"(b) wall/critical path = {b['ratio']:.2f} (wall/max(critical path, CPU) = "
+          f"{b['ratio_vs_cpu_bound']:.2f}), {b['episodes']} episodes, tools 10-100 ms; "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == '__main__':
