@@ -1,17 +1,18 @@
 "Parser behaviour list, hypothesis property tests (never raises), and the 10,000-output fuzz."
-import asyncio, json, random
+import asyncio, random
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tunix_agentic.parsers import (Llama3JsonToolParser, ParseResult, Qwen3ToolParser, QwenToolParser,
-                                   get_tool_parser, get_tool_prompt)
+from tunix_agentic.parsers import (Llama3JsonToolParser, ParseResult, Qwen3ToolParser,
+                                   QwenToolParser, get_tool_parser, get_tool_prompt)
 from tunix_agentic.types import Action, ToolCall
 
 NAMES = ['qwen', 'hermes', 'qwen3', 'llama3_json']
 FRAGMENTS = ['<tool_call>', '</tool_call>', '<think>', '</think>', '<|python_tag|>', '<|eot_id|>',
-             '{', '}', '[', ']', '"', '\\', ':', ',', ';', '\n', ' ', 'name', 'arguments', 'parameters',
-             '"name"', '"arguments"', '"add"', '1', '-2.5e3', 'null', 'true', 'ü', '日本', '\x00', '```json']
+             '{', '}', '[', ']', '"', '\\', ':', ',', ';', '\n', ' ', 'name', 'arguments',
+             'parameters', '"name"', '"arguments"', '"add"', '1', '-2.5e3', 'null', 'true', 'ü',
+             '日本', '\x00', '```json']
 
 
 def _block(name='add', args=None, fmt='qwen'):
@@ -39,9 +40,11 @@ def test_arguments_object_or_string(args):
 
 def test_parameters_alias_and_missing_arguments():
     p = QwenToolParser()
-    assert p.parse('<tool_call>{"name": "f", "parameters": {"a": 1}}</tool_call>').calls == [ToolCall('f', {'a': 1})]
+    r = p.parse('<tool_call>{"name": "f", "parameters": {"a": 1}}</tool_call>')
+    assert r.calls == [ToolCall('f', {'a': 1})]
     assert p.parse('<tool_call>{"name": "f"}</tool_call>').calls == [ToolCall('f', {})]
-    assert p.parse('<tool_call>{"name": "f", "arguments": null}</tool_call>').calls == [ToolCall('f', {})]
+    r = p.parse('<tool_call>{"name": "f", "arguments": null}</tool_call>')
+    assert r.calls == [ToolCall('f', {})]
 
 
 def test_nested_unicode_escaped():
@@ -73,7 +76,8 @@ def test_invalid_among_valid_keeps_valid_and_reports():
         assert [c.name for c in r.calls] == ['a', 'c'], b
         assert len(r.errors) == 1, (b, r.errors)
         a = r.to_action(raw='raw')
-        assert isinstance(a, Action) and not a.is_final and a.parse_errors == r.errors and a.raw == 'raw'
+        assert isinstance(a, Action) and not a.is_final
+        assert a.parse_errors == r.errors and a.raw == 'raw'
 
 
 def test_qwen3_reasoning_and_calls_inside_ignored():
@@ -84,7 +88,8 @@ def test_qwen3_reasoning_and_calls_inside_ignored():
     r = p.parse('implicit open\n</think>\nanswer')
     assert (r.reasoning, r.content) == ('implicit open', 'answer')
     # the plain qwen parser does not know about <think>
-    assert [c.name for c in QwenToolParser().parse('<think>' + _block('x', {}) + '</think>').calls] == ['x']
+    r = QwenToolParser().parse('<think>' + _block('x', {}) + '</think>')
+    assert [c.name for c in r.calls] == ['x']
 
 
 def test_llama3():
@@ -104,7 +109,8 @@ def test_registry_and_prompt():
 
     class T:  # anything with a .schema, like tools.BaseTool
         schema = {'type': 'function', 'function': {'name': 'add', 'parameters': {'type': 'object'}}}
-    assert '"name": "add"' in get_tool_prompt([T()]) and '"name": "add"' in get_tool_prompt([T()], 'llama3_json')
+    assert '"name": "add"' in get_tool_prompt([T()])
+    assert '"name": "add"' in get_tool_prompt([T()], 'llama3_json')
 
 
 # ---- property tests: never raises ------------------------------------------------------------
@@ -112,7 +118,8 @@ def test_registry_and_prompt():
 def _check(r):
     assert isinstance(r, ParseResult)
     assert isinstance(r.content, str) and isinstance(r.errors, list)
-    assert all(isinstance(c, ToolCall) and isinstance(c.arguments, dict) and c.name for c in r.calls)
+    assert all(isinstance(c, ToolCall) and isinstance(c.arguments, dict) and c.name
+               for c in r.calls)
     assert r.reasoning is None or isinstance(r.reasoning, str)
     r.to_action('x')
 
@@ -132,15 +139,16 @@ def test_never_raises_any_value(x):
         _check(get_tool_parser(n).parse(x))
 
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-                           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
-                           max_leaves=10)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+    max_leaves=10)
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.text(min_size=1, max_size=10).filter(lambda s: s.strip() == s and s.strip()),
-       st.dictionaries(st.text(max_size=6), json_values, max_size=4), st.sampled_from(['qwen', 'qwen3', 'llama3_json']),
-       st.data())
+       st.dictionaries(st.text(max_size=6), json_values, max_size=4),
+       st.sampled_from(['qwen', 'qwen3', 'llama3_json']), st.data())
 def test_roundtrip_and_mutations(name, args, fmt, data):
     "Valid calls round-trip; any single mutation of the text still parses without raising."
     p = get_tool_parser(fmt)
@@ -178,7 +186,8 @@ def fuzz_outputs(n: int, seed: int = 0) -> list[str]:
             out.append(''.join(rng.choice(FRAGMENTS) for _ in range(rng.randint(0, 30))))
         else:
             fmt = rng.choice(['qwen', 'qwen3', 'llama3_json'])
-            calls = [ToolCall(rng.choice(ops), {'a': rng.randint(-9, 99), 'b': rng.choice([0, 3, 'x', None])})
+            calls = [ToolCall(rng.choice(ops),
+                              {'a': rng.randint(-9, 99), 'b': rng.choice([0, 3, 'x', None])})
                      for _ in range(rng.randint(1, 3))]
             text = get_tool_parser(fmt).format_calls(calls, 'Let me compute.')
             if fmt == 'qwen3': text = '<think>\nhmm\n</think>\n\n' + text

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from tunix_agentic.tokenizer import (SPECIAL_TOKENS, TINY_CHAT_TEMPLATE, TINY_SPEC, build_tiny_tokenizer)
+from tunix_agentic.tokenizer import (SPECIAL_TOKENS, TINY_CHAT_TEMPLATE, TINY_SPEC,
+                                     build_tiny_tokenizer)
 
 
 def _digests(d: Path) -> dict:
@@ -41,7 +42,8 @@ def test_special_tokens_single_and_fixed():
     assert tok.eos_token_id == TINY_SPEC.eos_id and tok.pad_token_id == TINY_SPEC.pad_id
     # special tokens glued to text still split out
     ids = tok.encode('x<tool_call>{"a":1}</tool_call><|im_end|>')
-    assert TINY_SPEC.tool_call_id in ids and TINY_SPEC.tool_call_end_id in ids and ids[-1] == TINY_SPEC.eos_id
+    assert TINY_SPEC.tool_call_start_id in ids and TINY_SPEC.tool_call_end_id in ids
+    assert ids[-1] == TINY_SPEC.eos_id
 
 
 def test_digits_split():
@@ -96,5 +98,6 @@ def test_pinned_vocab_and_ids():
     import json
     tok = build_tiny_tokenizer()
     vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
-    assert hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest() == VOCAB_SHA256
+    digest = hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()
+    assert digest == VOCAB_SHA256
     assert tok.encode('Natalia sold 48 clips; the answer is 72.') == PINNED_IDS
