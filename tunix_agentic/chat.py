@@ -58,17 +58,20 @@ def truncate_tokens(tokenizer, text: str, max_tokens: int, side: str = 'middle')
         if len(enc(out)) <= max_tokens or keep == 0: return out, n - keep
         keep -= max(1, len(enc(out)) - max_tokens)
 
-# %% ../nbs/03a_chat.ipynb #7335eb35
-def escape_special_tokens(tokenizer, text: str) -> tuple[str, int]:
+# %% ../nbs/03a_chat.ipynb #1ddbeef0
+def escape_special_tokens(tokenizer, text: str,
+                          tokens: list[str] | None = None,  # token texts to break (default: added)
+                          ) -> tuple[str, int]:
     "Break every added token's text in `text` so it tokenizes as plain text; returns (text, count)."
+    if tokens is None: tokens = sorted(tokenizer.get_added_vocab(), key=len, reverse=True)
     n = 0
-    for t in sorted(tokenizer.get_added_vocab(), key=len, reverse=True):
+    for t in tokens:
         if len(t) > 1 and t in text:
             n += text.count(t)
             text = text.replace(t, t[0] + '\u200b' + t[1:])
     return text, n
 
-# %% ../nbs/03a_chat.ipynb #368a6f37
+# %% ../nbs/03a_chat.ipynb #ff94e36e
 _POLICIES = ('warn', 'error', 'realign')
 
 class EpisodeEncoder:
@@ -95,9 +98,14 @@ class EpisodeEncoder:
         self.tools = [getattr(t, 'schema', t) for t in (tools or [])] or None
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         if end_of_turn is None:
-            has_im_end = '<|im_end|>' in tokenizer.get_vocab()
+            i = tokenizer.convert_tokens_to_ids('<|im_end|>')
+            has_im_end = i is not None and i != tokenizer.unk_token_id
             end_of_turn = '<|im_end|>' if has_im_end else tokenizer.eos_token
         self.eot_text, self.eot_id = end_of_turn, tokenizer.convert_tokens_to_ids(end_of_turn)
+        if self.eot_id is None or self.eot_id == tokenizer.unk_token_id:
+            raise ValueError(f'end_of_turn {end_of_turn!r} is not a token of this tokenizer')
+        self._added = sorted((t for t in tokenizer.get_added_vocab() if len(t) > 1), key=len,
+                             reverse=True)
         self.input_ids: list[int] = []
         self.response_mask: list[int] = []
         self.logprobs: list[float] = []
@@ -114,7 +122,7 @@ class EpisodeEncoder:
         return (f'EpisodeEncoder({len(self.messages)} messages, {len(self.input_ids)} ids, '
                 f'{sum(self.response_mask)} sampled, max_seq_len {self.max_seq_len})')
 
-# %% ../nbs/03a_chat.ipynb #e566f917
+# %% ../nbs/03a_chat.ipynb #61404572
 @patch
 def render(self: EpisodeEncoder, messages: list[dict], add_generation_prompt: bool) -> str:
     "The chat template's text for `messages` (with our tools and template kwargs)."
@@ -137,7 +145,7 @@ def _prepare(self: EpisodeEncoder, m: dict) -> dict:
         m['tool_calls'] = [c.to_openai() if isinstance(c, ToolCall) else c for c in m['tool_calls']]
     if m['role'] == 'tool' and isinstance(m.get('content'), str):
         if self.escape_tool_special_tokens:
-            m['content'], n = escape_special_tokens(self.tokenizer, m['content'])
+            m['content'], n = escape_special_tokens(self.tokenizer, m['content'], self._added)
             self.metrics['tool_special_escaped'] += n
         if self.tool_output_max_tokens:
             m['content'], n = truncate_tokens(self.tokenizer, m['content'],
