@@ -11,8 +11,8 @@ from typing import Any, Callable, Sequence
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['logger', 'FINISH_REASONS', 'SamplingParams', 'GenerateOutput', 'RequestBatcher', 'as_params_list', 'BaseRollout',
-           'ScriptedPolicy']
+__all__ = ['logger', 'FINISH_REASONS', 'SamplingParams', 'GenerateOutput', 'run_sync', 'RequestBatcher', 'as_params_list',
+           'BaseRollout', 'ScriptedPolicy']
 
 # %% ../nbs/07_rollout.ipynb #4bf5bac4
 logger = logging.getLogger(__name__)
@@ -60,7 +60,15 @@ class GenerateOutput:
             raise ValueError(f'finish_reason must be one of {FINISH_REASONS}, '
                              f'got {self.finish_reason!r}')
 
-# %% ../nbs/07_rollout.ipynb #90baf98b
+# %% ../nbs/07_rollout.ipynb #7438117f
+def run_sync(coro) -> Any:
+    "Run a coroutine to completion from synchronous code, also under a running loop (Jupyter)."
+    try: asyncio.get_running_loop()
+    except RuntimeError: return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1, 'run-sync') as ex:
+        return ex.submit(asyncio.run, coro).result()
+
+# %% ../nbs/07_rollout.ipynb #8a891a59
 class RequestBatcher:
     "Gather concurrent `submit` calls into batches for `batch_fn`, run in a worker thread."
     def __init__(self,
@@ -79,13 +87,13 @@ class RequestBatcher:
         self.batch_sizes: list[int] = []  # size of every batch run, for stats and tests
         self.closed = False
 
-# %% ../nbs/07_rollout.ipynb #0b29ba88
+# %% ../nbs/07_rollout.ipynb #ef7edc66
 @patch
 def submit(self: RequestBatcher, prompt_ids: list[int], params: SamplingParams) -> asyncio.Future:
     "Queue one request and return the future its answer will resolve."
     if self.closed: raise RuntimeError('RequestBatcher is closed')
     loop = asyncio.get_running_loop()
-    if self._loop is not loop:  # a new loop (e.g. a second asyncio.run): forget the old one's state
+    if self._loop is not loop:  # a new loop (another run): forget the old one's state
         self._loop, self._queue, self._drain = loop, [], None
     fut = loop.create_future()
     self._queue.append((list(prompt_ids), params, fut))
@@ -135,7 +143,7 @@ def close(self: RequestBatcher):
     self._queue = []
     if self._executor is not None: self._executor.shutdown(wait=False); self._executor = None
 
-# %% ../nbs/07_rollout.ipynb #8dfccc90
+# %% ../nbs/07_rollout.ipynb #204591d3
 def as_params_list(params: SamplingParams | Sequence[SamplingParams] | None,
                    n: int) -> list[SamplingParams]:
     "Broadcast one `SamplingParams` (None: defaults) to `n` requests, or check a list's length."
@@ -179,7 +187,7 @@ class BaseRollout(ABC):
         "Release the worker thread (engines override to free devices, and call super)."
         if self._batcher is not None: self._batcher.close()
 
-# %% ../nbs/07_rollout.ipynb #0998284c
+# %% ../nbs/07_rollout.ipynb #de09378b
 class ScriptedPolicy(BaseRollout):
     "Replays scripted responses (per turn, or a function of the prompt text) as sampled tokens."
     def __init__(self, tokenizer, # a HF tokenizer with the chat special tokens
@@ -200,7 +208,7 @@ class ScriptedPolicy(BaseRollout):
         params = as_params_list(params, len(prompts))
         return [self.sample_one(p, sp) for p, sp in zip(prompts, params)]
 
-# %% ../nbs/07_rollout.ipynb #c658c8d8
+# %% ../nbs/07_rollout.ipynb #92999019
 def _sp_text_for(self: ScriptedPolicy, prompt_ids: list[int]) -> str:
     "The scripted text for this prompt."
     text = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
