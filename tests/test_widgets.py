@@ -266,6 +266,7 @@ def test_driver_matches_collector_token_for_token():
     assert [t.input_ids[a:b] for a, b in spans(t.response_mask)] == \
         [TOK.encode(s, add_special_tokens=False) + [IM_END] for s in SCRIPT]
     assert len(d.history) == 4 and [h.num_turns for h in d.history] == [0, 1, 2, 3]
+    assert d.status_history == eng.states[ref.episode_id].history  # the same visible states
 
 
 @pytest.mark.timeout(60)

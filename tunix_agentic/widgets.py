@@ -439,7 +439,7 @@ def run_async(coro, timeout: float | None = 300.0) -> Any:
         raise RuntimeError('run_async called from the widgets loop itself; await the coroutine')
     return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
 
-# %% ../nbs/11_widgets.ipynb #be33c276
+# %% ../nbs/11_widgets.ipynb #6259a69e
 class EpisodeDriver:
     "One episode, a turn at a time: env + agent + EpisodeEncoder + a rollout engine or typed text."
     def __init__(self, tokenizer, # the tokenizer whose chat template renders the episode
@@ -457,16 +457,19 @@ class EpisodeDriver:
         self.env = self.agent = self.enc = None
         self.task: dict = {}
         self.status, self.error = TrajectoryStatus.PENDING, None
+        self.status_history: list[str] = []  # every status so far (as the collector's state)
         self.turns: list[tuple[Any, str]] = []  # (GenerateOutput, source) of every turn played
         self.history: list[Trajectory] = []  # snapshot after reset and after every turn
         self.counts: dict[str, int] = {}
 
     @property
     def done(self) -> bool: return self.status.is_terminal
+    def _set(self, status: TrajectoryStatus | str):
+        self.status = TrajectoryStatus(status); self.status_history.append(self.status.value)
     @property
     def turn(self) -> int: return len(self.turns)
 
-# %% ../nbs/11_widgets.ipynb #79fc32bd
+# %% ../nbs/11_widgets.ipynb #0232d839
 @patch
 async def reset(self: EpisodeDriver, env: Any, # a `envs.BaseEnv` (fresh, or reused: it is reset)
                 task: dict, # the task row the env was built for
@@ -481,7 +484,8 @@ async def reset(self: EpisodeDriver, env: Any, # a `envs.BaseEnv` (fresh, or reu
     self.sampling_seed = derive_seed(seed, 'stepper') if sampling_seed is None else sampling_seed
     c = self.config
     self.max_turns = min(c.max_turns, getattr(env, 'max_steps', c.max_turns))
-    self.turns, self.history, self.error = [], [], None
+    self.turns, self.history, self.error, self.status_history = [], [], None, []
+    self._set('pending')
     self.counts = dict(turns=0, tool_calls=0, tool_errors=0, parse_errors=0, truncated_turns=0)
     obs, info = await env.reset(seed=seed)
     self.agent = self.agent_fn(self.task)
@@ -491,12 +495,12 @@ async def reset(self: EpisodeDriver, env: Any, # a `envs.BaseEnv` (fresh, or reu
                               max_seq_len=c.max_seq_len,
                               tool_output_max_tokens=c.tool_output_max_tokens,
                               drift_policy=c.drift_policy,
-                              chat_template_kwargs=c.chat_template_kwargs)
+                              chat_template_kwargs=c.chat_template_kwargs, end_of_turn='<|im_end|>')
     self.enc.start(self.agent.chat_completions)
-    self.status = TrajectoryStatus.RUNNING
+    self._set('running')
     return self._record()
 
-# %% ../nbs/11_widgets.ipynb #97041dde
+# %% ../nbs/11_widgets.ipynb #ac6f4f08
 @patch
 def snapshot(self: EpisodeDriver) -> Trajectory:
     "The episode so far as a `Trajectory` (a deep copy: later turns do not change it)."
@@ -520,12 +524,11 @@ def _record(self: EpisodeDriver) -> Trajectory:
 async def _end(self: EpisodeDriver, status: TrajectoryStatus | str, error: str | None = None):
     "Finish: status, the prefix check (drift), Monte Carlo returns, release the env."
     from tunix_agentic.rewards import mc_returns
-    self.status, self.error = TrajectoryStatus(status), error
-    try:
-        d = self.enc.prefix_check()
-        self.counts['drift'] = int(d.count)
-    except Exception as e:
-        self.status, self.error = TrajectoryStatus.ERROR, f'prefix check failed: {e}'
+    self._set(status); self.error = error
+    if getattr(self.config, 'prefix_check', True):
+        try: self.counts['drift'] = int(self.enc.prefix_check().count)
+        except Exception as e:
+            self._set('error'); self.error = f'prefix check failed: {type(e).__name__}: {e}'
     steps = self.agent.trajectory.steps
     for s, g in zip(steps, mc_returns([s.reward for s in steps], self.config.gamma)):
         s.mc_return = g
@@ -550,7 +553,7 @@ async def _sample(self: EpisodeDriver, text: str | None, budget: int) -> tuple[A
                                 seed=derive_seed(self.sampling_seed, self.turn))
     return await self.policy.agenerate(list(self.enc.input_ids), params), 'policy'
 
-# %% ../nbs/11_widgets.ipynb #32b71bb7
+# %% ../nbs/11_widgets.ipynb #88bf0c22
 @patch
 async def step(self: EpisodeDriver, text: str | None = None, # a typed assistant turn; None: sample
                _replay: tuple | None = None) -> Trajectory:
@@ -575,11 +578,11 @@ async def step(self: EpisodeDriver, text: str | None = None, # a typed assistant
             await self._end('max_length'); return self._record()
     self.counts['parse_errors'] += len(action.parse_errors)
     self.counts['tool_calls'] += len(action.tool_calls)
-    if action.tool_calls: self.status = TrajectoryStatus.TOOL_CALLING
+    if action.tool_calls: self._set('tool_calling')
     obs, reward, done, info = await self.env.step(action)
     self.counts['tool_errors'] += int(info.get('tool_errors', 0))
     new = self.agent.update_from_env(obs, reward, done, info)
-    self.status = TrajectoryStatus.RUNNING
+    if not done and self.status != TrajectoryStatus.RUNNING: self._set('running')
     if done: await self._end(info.get('status', 'done'), info.get('error'))
     elif self.turn >= self.max_turns: await self._end('max_turns')
     else: await self._add_env_messages(new)
@@ -744,7 +747,7 @@ def back(self: EpisodeStepper):
     "Undo the last turn."
     self._act('back', lambda: self.driver.back())
 
-# %% ../nbs/11_widgets.ipynb #8cdeba01
+# %% ../nbs/11_widgets.ipynb #3ab69a09
 @patch(as_prop=True)
 def trajectory(self: EpisodeStepper) -> Trajectory | None:
     "The snapshot on show (None before the first reset)."
@@ -761,9 +764,11 @@ def _redraw(self: EpisodeStepper):
         self.state_html.value = self.chat_html.value = self.tokens_html.value = ''; return
     left = t.metrics.get('tokens_left', 0)
     err = f' · <span style="color:#c62828">{esc(t.error)}</span>' if t.error else ''
+    path = ' → '.join(d.status_history[-6:])
     self.state_html.value = (f'<div class="ta-state">{status_badge(t.status)} turn '
                              f'{d.turn}/{d.max_turns} · reward <b>{t.reward:g}</b> · {left} tokens '
-                             f'left · seed {d.seed}{err}</div>')
+                             f'left · seed {d.seed}{err}<div style="font-size:85%;color:#546e7a">'
+                             f'states: {esc(path)}</div></div>')
     self.chat_html.value = render_chat(t.messages, t.steps)
     self.tokens_html.value = render_tokens(t.input_ids, t.response_mask, t.logprobs, self.tokenizer,
                                            self.max_tokens)
