@@ -303,3 +303,19 @@ def test_step_rewards_final_reward_and_discounted_returns():
     assert [s.reward for s in t.steps] == [0.25, 0.25, 1.5]  # tool rewards; answer 1.0 + final 0.5
     assert [s.mc_return for s in t.steps] == pytest.approx([0.25 + 0.5 * 1.0, 0.25 + 0.5 * 1.5, 1.5])
     assert t.reward == pytest.approx(2.0)
+
+
+@pytest.mark.timeout(60)
+def test_rollout_data_dir_dumps_each_step(tmp_path):
+    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, SCRIPT), TOK, calc_group(),
+                                  config=CollectConfig.tiny(group_size=2, rollout_data_dir=str(tmp_path)))
+    first = eng.run([TASK], step=0)
+    eng.rollout.update_params(None)
+    second = eng.run([TASK, TASK], step=1)
+    assert eng.run([TASK]) and sorted(p.name for p in tmp_path.iterdir()) == ['step_000000.jsonl',
+                                                                              'step_000001.jsonl']
+    by_id = lambda ts: sorted((t.to_dict() for t in ts), key=lambda d: d['episode_id'])
+    assert by_id(load_step(tmp_path, 0)) == by_id(first)  # finishing order may differ
+    assert sorted(t.episode_id for t in load_step(tmp_path, 1)) == sorted(t.episode_id for t in second)
+    assert {t.policy_version for t in load_step(tmp_path, 1)} == {1}
+    assert all(t.metrics['policy_version_last'] == 1 for t in second)
