@@ -5,9 +5,9 @@ and (b) `LocalSandbox.run('print(1+1)')` (launcher + namespaces + read-only remo
 drop + capped output), N sequential runs give p50/p95 latency, and N runs at concurrency C give
 executions/s. The ratios sandbox/raw say what the isolation costs. The two kinds are interleaved in
 rounds (latency: call by call) so that load from other processes on the machine hits both alike.
-Both are spawned the same way (asyncio, pipes, start_new_session=True); on our CI container, spawns
-that stay in the caller's session were ~2.5x slower at concurrency 4 on our dev container (cause not
-found; not Python), so the baseline must not differ from the sandbox in that.
+Both are spawned the same way (asyncio, pipes, start_new_session=True): on our dev container, spawns
+that stay in the caller's session were ~2.5x slower at concurrency 4 (cause not found), so the
+baseline must not differ from the sandbox in that.
 
 Usage: python bench/sandbox.py [--n 60] [--concurrency 4] [--rounds 3]
 The last line states the figures.
