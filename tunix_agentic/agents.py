@@ -11,10 +11,10 @@ from fastcore.basics import patch
 from .types import Action, Step, ToolOutput, Trajectory
 
 # %% auto #0
-__all__ = ['logger', 'BaseAgent', 'observation_to_messages', 'ToolAgent']
+__all__ = ['BaseAgent', 'observation_to_messages', 'ToolAgent']
 
-# %% ../nbs/05_agents.ipynb #e6508e27
-logger = logging.getLogger(__name__)
+# %% ../nbs/05_agents.ipynb #74f93540
+_log = logging.getLogger(__name__)
 
 class BaseAgent(ABC):
     "The seed's agent interface."

@@ -16,11 +16,11 @@ from .rewards import mc_returns
 from .dumps import DumpWriter
 
 # %% auto #0
-__all__ = ['logger', 'S', 'CollectConfig', 'EpisodeState', 'derive_seed', 'TrajectoryCollectEngine']
+__all__ = ['CollectConfig', 'EpisodeState', 'derive_seed', 'TrajectoryCollectEngine']
 
-# %% ../nbs/07a_collector.ipynb #32d73e2b
-logger = logging.getLogger(__name__)
-S = TrajectoryStatus
+# %% ../nbs/07a_collector.ipynb #10db5017
+_log = logging.getLogger(__name__)
+_S = TrajectoryStatus
 
 # %% ../nbs/07a_collector.ipynb #b3753f2e
 @dataclass(frozen=True, kw_only=True)
@@ -110,7 +110,7 @@ class TrajectoryCollectEngine:
             self._sem = (loop, asyncio.Semaphore(self.config.max_concurrency))
         return self._sem[1]
 
-# %% ../nbs/07a_collector.ipynb #b4959f4d
+# %% ../nbs/07a_collector.ipynb #45797659
 @patch
 def _set(self: TrajectoryCollectEngine, st: EpisodeState, status: TrajectoryStatus | None = None):
     "Record a state change and tell the observer (an observer's failure never stops an episode)."
@@ -120,7 +120,7 @@ def _set(self: TrajectoryCollectEngine, st: EpisodeState, status: TrajectoryStat
     st.updated_at = time.monotonic()
     if self.on_state is not None:
         try: self.on_state(st)
-        except Exception as e: logger.warning('on_state callback failed: %r', e)
+        except Exception as e: _log.warning('on_state callback failed: %r', e)
 
 @patch
 def _forget_old_states(self: TrajectoryCollectEngine):
@@ -129,14 +129,14 @@ def _forget_old_states(self: TrajectoryCollectEngine):
     for k in [k for k, s in self.states.items() if s.done][:len(self.states) - self.max_states]:
         del self.states[k]
 
-# %% ../nbs/07a_collector.ipynb #fbdff584
+# %% ../nbs/07a_collector.ipynb #6415ad48
 class _Episode:
     "Mutable bookkeeping of one running episode."
     def __init__(self, task, env, agent, state, env_seed, sampling_seed):
         self.task, self.env, self.agent, self.state = task, env, agent, state
         self.env_seed, self.sampling_seed = env_seed, sampling_seed
         self.enc = None
-        self.status, self.error = S.RUNNING, None
+        self.status, self.error = _S.RUNNING, None
         self.t_model = self.t_tools = 0.0
         self.version_last = None  # policy version at the last model call
         self.counts = dict(turns=0, tool_calls=0, tool_errors=0, parse_errors=0, truncated_turns=0)
@@ -156,7 +156,7 @@ def _decode_response(self: TrajectoryCollectEngine, out: GenerateOutput, stops: 
     ids = out.token_ids[:-1] if out.token_ids and out.token_ids[-1] in stops else out.token_ids
     return self.tokenizer.decode(ids, skip_special_tokens=False)
 
-# %% ../nbs/07a_collector.ipynb #c9824f9e
+# %% ../nbs/07a_collector.ipynb #5cbf990e
 @patch
 async def _run_episode(self: TrajectoryCollectEngine, ep: _Episode, max_turns: int):
     "reset → (model → parse → env step) × turns; sets `ep.status`."
@@ -171,28 +171,28 @@ async def _run_episode(self: TrajectoryCollectEngine, ep: _Episode, max_turns: i
     stops = set(c.sampling.stop_token_ids) | {self.end_id}
     for turn in range(max_turns):
         budget = enc.remaining()
-        if budget <= 0: ep.status = S.MAX_LENGTH; return
+        if budget <= 0: ep.status = _S.MAX_LENGTH; return
         params = c.sampling.replace(max_new_tokens=min(c.sampling.max_new_tokens, budget),
                                     stop_token_ids=tuple(sorted(stops)),
                                     seed=derive_seed(ep.sampling_seed, turn))
-        self._set(st, S.RUNNING)
+        self._set(st, _S.RUNNING)
         t = time.perf_counter()
         out = await self.rollout.agenerate(list(enc.input_ids), params)
         ep.t_model += time.perf_counter() - t
         ep.version_last = int(getattr(self.rollout, 'policy_version', 0))
         st.turn = ep.counts['turns'] = turn + 1
         if out.finish_reason == 'abort':
-            ep.status, ep.error = S.ERROR, 'the rollout engine aborted the request'; return
+            ep.status, ep.error = _S.ERROR, 'the rollout engine aborted the request'; return
         action = ep.agent.update_from_model(self._decode_response(out, stops),
                                             finish_reason=out.finish_reason)
         enc.add_assistant(out.token_ids, out.logprobs, ep.agent.chat_completions[-1])
         if out.finish_reason == 'length':
             ep.counts['truncated_turns'] += 1
             if len(out.token_ids) >= budget or enc.remaining() <= 0:
-                ep.status = S.MAX_LENGTH; return
+                ep.status = _S.MAX_LENGTH; return
         ep.counts['parse_errors'] += len(action.parse_errors)
         ep.counts['tool_calls'] += len(action.tool_calls)
-        if action.tool_calls: self._set(st, S.TOOL_CALLING)
+        if action.tool_calls: self._set(st, _S.TOOL_CALLING)
         t = time.perf_counter()
         obs, reward, done, info = await ep.env.step(action)
         ep.t_tools += time.perf_counter() - t
@@ -206,16 +206,16 @@ async def _run_episode(self: TrajectoryCollectEngine, ep: _Episode, max_turns: i
         n_ids, n_msgs = len(enc.input_ids), len(enc.messages)
         enc.add_messages(new)
         if len(enc.input_ids) > c.max_seq_len:  # the tool turn overshoots: drop it, end cleanly
-            _rollback(enc, n_ids, n_msgs); ep.status = S.MAX_LENGTH; return
-        if enc.remaining() <= 0: ep.status = S.MAX_LENGTH; return
-    ep.status = S.MAX_TURNS
+            _rollback(enc, n_ids, n_msgs); ep.status = _S.MAX_LENGTH; return
+        if enc.remaining() <= 0: ep.status = _S.MAX_LENGTH; return
+    ep.status = _S.MAX_TURNS
 
 def _rollback(enc, n_ids: int, n_msgs: int):
     "Undo an `add_messages` that made the sequence longer than `max_seq_len` (ids are mask 0)."
     del enc.input_ids[n_ids:], enc.response_mask[n_ids:], enc.logprobs[n_ids:]
     del enc.messages[n_msgs:]
 
-# %% ../nbs/07a_collector.ipynb #bb37d78f
+# %% ../nbs/07a_collector.ipynb #0d6f0bc2
 @patch
 async def collect(self: TrajectoryCollectEngine, task: dict, *,
                   episode_id: str | None = None, group_id: str = '',
@@ -228,7 +228,7 @@ async def collect(self: TrajectoryCollectEngine, task: dict, *,
     env_seed = derive_seed(c.seed, episode_id) if env_seed is None else env_seed
     sampling_seed = derive_seed(env_seed, episode_id) if sampling_seed is None else sampling_seed
     st = self.states[episode_id] = EpisodeState(episode_id, group_id)
-    self._set(st, S.PENDING)
+    self._set(st, _S.PENDING)
     async with self._semaphore():
         t0, env, ep, cancelled = time.perf_counter(), None, None, False
         version = int(getattr(self.rollout, 'policy_version', 0))
@@ -239,29 +239,29 @@ async def collect(self: TrajectoryCollectEngine, task: dict, *,
             async with asyncio.timeout(c.episode_timeout_s):
                 await self._run_episode(ep, max_turns)
         except TimeoutError:
-            ep.status, ep.error = S.TIMEOUT, f'episode exceeded {c.episode_timeout_s} s'
+            ep.status, ep.error = _S.TIMEOUT, f'episode exceeded {c.episode_timeout_s} s'
         except asyncio.CancelledError:
             cancelled = True
-            if ep is not None: ep.status, ep.error = S.CANCELLED, 'cancelled'
+            if ep is not None: ep.status, ep.error = _S.CANCELLED, 'cancelled'
         except Exception as e:
-            logger.warning('episode %s failed: %r', episode_id, e, exc_info=True)
+            _log.warning('episode %s failed: %r', episode_id, e, exc_info=True)
             if ep is None: ep = _Episode(task, env, None, st, env_seed, sampling_seed)
-            ep.status, ep.error = S.ERROR, f'{type(e).__name__}: {e}'
+            ep.status, ep.error = _S.ERROR, f'{type(e).__name__}: {e}'
         finally:
             if env is not None:
                 t = time.perf_counter()
                 try: await asyncio.shield(env.close())
                 except BaseException as e:
-                    logger.warning('env.close of %s failed: %r', episode_id, e)
+                    _log.warning('env.close of %s failed: %r', episode_id, e)
                 if ep is not None: ep.t_tools += time.perf_counter() - t
     if ep is None:
         ep = _Episode(task, env, None, st, env_seed, sampling_seed)
-        ep.status = S.CANCELLED
+        ep.status = _S.CANCELLED
     traj = self._finish(ep, episode_id, group_id, version, time.perf_counter() - t0, sink)
     if cancelled: raise asyncio.CancelledError()
     return traj
 
-# %% ../nbs/07a_collector.ipynb #d2883bed
+# %% ../nbs/07a_collector.ipynb #67b17f83
 @patch
 def _finish(self: TrajectoryCollectEngine, ep: _Episode, episode_id: str, group_id: str,
             version: int, total_s: float, sink: Callable | None = None) -> Trajectory:
@@ -270,17 +270,17 @@ def _finish(self: TrajectoryCollectEngine, ep: _Episode, episode_id: str, group_
     metrics: dict[str, Any] = dict(ep.counts, env_seed=ep.env_seed, sampling_seed=ep.sampling_seed,
                                    policy_version_last=ep.version_last)
     enc = ep.enc
-    if enc is not None and self.config.prefix_check and ep.status not in (S.ERROR,):
+    if enc is not None and self.config.prefix_check and ep.status not in (_S.ERROR,):
         try:
             d = enc.prefix_check()
             metrics['drift'], metrics['drift_first_mismatch'] = int(d.count), d.first_mismatch
         except Exception as e:
-            ep.status, ep.error = S.ERROR, f'prefix check failed: {type(e).__name__}: {e}'
-    if self.final_reward_fn is not None and steps and ep.status not in (S.ERROR, S.CANCELLED):
+            ep.status, ep.error = _S.ERROR, f'prefix check failed: {type(e).__name__}: {e}'
+    if self.final_reward_fn is not None and steps and ep.status not in (_S.ERROR, _S.CANCELLED):
         try:
             r = self.final_reward_fn(ep.task, Trajectory(task=ep.task, steps=steps))
             steps[-1].reward += float(r.reward if isinstance(r, RewardOutput) else r)
-        except Exception as e: ep.status, ep.error = S.ERROR, f'final_reward_fn failed: {e!r}'
+        except Exception as e: ep.status, ep.error = _S.ERROR, f'final_reward_fn failed: {e!r}'
     for s, g in zip(steps, mc_returns([s.reward for s in steps], self.config.gamma)):
         s.mc_return = g
     ids = list(enc.input_ids) if enc is not None else []
@@ -302,7 +302,7 @@ def _finish(self: TrajectoryCollectEngine, ep: _Episode, episode_id: str, group_
     for fn in (self.on_trajectory, sink):
         if fn is None: continue
         try: fn(traj)
-        except Exception as e: logger.warning('trajectory callback %r failed: %r', fn, e)
+        except Exception as e: _log.warning('trajectory callback %r failed: %r', fn, e)
     return traj
 
 # %% ../nbs/07a_collector.ipynb #3879c0ba

@@ -10,10 +10,10 @@ from typing import Any, Iterator
 from .types import Trajectory
 
 # %% auto #0
-__all__ = ['logger', 'dump_path', 'list_dump_steps', 'DumpWriter', 'iter_dump', 'load_dump', 'load_step']
+__all__ = ['dump_path', 'list_dump_steps', 'DumpWriter', 'iter_dump', 'load_dump', 'load_step']
 
-# %% ../nbs/07b_dumps.ipynb #c520e08e
-logger = logging.getLogger(__name__)
+# %% ../nbs/07b_dumps.ipynb #83a389f5
+_log = logging.getLogger(__name__)
 _STEP_RE = re.compile(r'^step_(\d+)\.jsonl$')
 
 def dump_path(rollout_data_dir: str | Path, step: int) -> Path:
@@ -27,7 +27,7 @@ def list_dump_steps(rollout_data_dir: str | Path) -> list[int]:
     if not d.is_dir(): return []
     return sorted(int(m.group(1)) for p in d.iterdir() if (m := _STEP_RE.match(p.name)))
 
-# %% ../nbs/07b_dumps.ipynb #18a93532
+# %% ../nbs/07b_dumps.ipynb #9b00cad6
 def _drop_torn_tail(path: Path):
     "Cut a torn last line (no newline) left by a crash, so appending after it stays line-aligned."
     if not path.exists() or path.stat().st_size == 0: return
@@ -36,7 +36,7 @@ def _drop_torn_tail(path: Path):
         if f.read(1) == b'\n': return
         f.seek(0); data = f.read()
         keep = data.rfind(b'\n') + 1
-        logger.warning('%s: dropping a torn last line of %d bytes before appending',
+        _log.warning('%s: dropping a torn last line of %d bytes before appending',
                        path, len(data) - keep)
         f.truncate(keep)
 

@@ -13,11 +13,11 @@ from .types import Action, ToolOutput, RewardOutput
 from .rewards import get_reward_fn
 
 # %% auto #0
-__all__ = ['logger', 'Observation', 'ENV_REGISTRY', 'TOOLSETS', 'as_action', 'BaseEnv', 'register_env', 'resolve_tools',
-           'env_from_dict', 'ToolEnvironment', 'SingleTurnEnv', 'EnvSpec', 'EnvGroup']
+__all__ = ['Observation', 'ENV_REGISTRY', 'TOOLSETS', 'as_action', 'BaseEnv', 'register_env', 'resolve_tools', 'env_from_dict',
+           'ToolEnvironment', 'SingleTurnEnv', 'EnvSpec', 'EnvGroup']
 
-# %% ../nbs/04_envs.ipynb #1d76db7d
-logger = logging.getLogger(__name__)
+# %% ../nbs/04_envs.ipynb #cfbaf60c
+_log = logging.getLogger(__name__)
 Observation = dict[str, Any]
 
 # %% ../nbs/04_envs.ipynb #a69b14bc
@@ -49,7 +49,7 @@ class BaseEnv(ABC):
     async def close(self):
         "Release what the episode holds (tool instances); idempotent."
 
-# %% ../nbs/04_envs.ipynb #ad86515d
+# %% ../nbs/04_envs.ipynb #24f933f1
 @patch
 async def reset(self: BaseEnv, seed: int | None = None) -> tuple[Observation, dict]:
     "Start an episode; `seed` fixes the task draw and any randomness of the environment."
@@ -69,7 +69,7 @@ async def step(self: BaseEnv, action: Action | str) -> tuple[Observation, float,
     try:
         obs, reward, done, info = await self._step(as_action(action))
     except Exception as e:
-        logger.warning('%s.step failed: %r', self.name, e)
+        _log.warning('%s.step failed: %r', self.name, e)
         err = f'{type(e).__name__}: {e}'
         obs, reward, done, info = _error_obs(err), 0.0, True, {'status': 'error', 'error': err}
     self.done = bool(done)

@@ -9,11 +9,11 @@ from typing import Any, Callable, Mapping
 from .types import Action, RewardOutput
 
 # %% auto #0
-__all__ = ['logger', 'RewardFn', 'register_reward', 'get_reward_fn', 'list_rewards', 'normalize_number', 'extract_gsm8k_answer',
+__all__ = ['RewardFn', 'register_reward', 'get_reward_fn', 'list_rewards', 'normalize_number', 'extract_gsm8k_answer',
            'gsm8k_reward', 'exact_match_reward', 'format_reward', 'weighted_reward', 'mc_returns']
 
-# %% ../nbs/06_rewards.ipynb #90bbd230
-logger = logging.getLogger(__name__)
+# %% ../nbs/06_rewards.ipynb #aa4e6cef
+_log = logging.getLogger(__name__)
 RewardFn = Callable[[dict, Any], RewardOutput]
 
 # %% ../nbs/06_rewards.ipynb #2b95e5fd

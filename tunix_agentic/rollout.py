@@ -11,11 +11,11 @@ from typing import Any, Callable, Sequence
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['logger', 'FINISH_REASONS', 'SamplingParams', 'GenerateOutput', 'run_sync', 'RequestBatcher', 'as_params_list',
-           'BaseRollout', 'ScriptedPolicy']
+__all__ = ['FINISH_REASONS', 'SamplingParams', 'GenerateOutput', 'run_sync', 'RequestBatcher', 'as_params_list', 'BaseRollout',
+           'ScriptedPolicy']
 
-# %% ../nbs/07_rollout.ipynb #4bf5bac4
-logger = logging.getLogger(__name__)
+# %% ../nbs/07_rollout.ipynb #11034b2b
+_log = logging.getLogger(__name__)
 
 # %% ../nbs/07_rollout.ipynb #abce8eed
 @dataclass(frozen=True, kw_only=True)
@@ -87,7 +87,7 @@ class RequestBatcher:
         self.batch_sizes: list[int] = []  # size of every batch run, for stats and tests
         self.closed = False
 
-# %% ../nbs/07_rollout.ipynb #ef7edc66
+# %% ../nbs/07_rollout.ipynb #e7e0a5d4
 @patch
 def submit(self: RequestBatcher, prompt_ids: list[int], params: SamplingParams) -> asyncio.Future:
     "Queue one request and return the future its answer will resolve."
@@ -121,7 +121,7 @@ async def _drain_loop(self: RequestBatcher):
                 raise RuntimeError(f'batch_fn returned {len(outs)} outputs for '
                                    f'{len(batch)} prompts')
         except Exception as e:  # every caller of the batch sees the failure
-            logger.warning('rollout batch of %d failed: %r', len(batch), e)
+            _log.warning('rollout batch of %d failed: %r', len(batch), e)
             for *_, f in batch:
                 if not f.done(): f.set_exception(e)
             continue
