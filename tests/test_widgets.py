@@ -415,3 +415,37 @@ def test_stepper_with_tiny_model_matches_collector():
     ref = wd.run_async(eng.collect(TASK, env_seed=3, sampling_seed=s.driver.sampling_seed))
     assert (t.input_ids, t.response_mask, t.logprobs, t.status) == \
         (ref.input_ids, ref.response_mask, ref.logprobs, ref.status)
+
+
+class SlowOrBroken(ScriptedPolicy):
+    "Scripted, but the turn given by `slow_turn` sleeps and `broken_turn` raises."
+    def __init__(self, *a, slow_turn=None, broken_turn=None, **kw):
+        super().__init__(*a, **kw); self.slow_turn, self.broken_turn = slow_turn, broken_turn
+    def generate(self, prompts, params):
+        import time
+        turn = self.calls
+        if turn == self.broken_turn: self.calls += 1; raise RuntimeError('engine exploded')
+        if turn == self.slow_turn: time.sleep(1.0)
+        return super().generate(prompts, params)
+
+
+@pytest.mark.timeout(60)
+def test_stepper_timeout_and_engine_error_end_the_episode_and_back_undoes_them():
+    pol = SlowOrBroken(TOK, SCRIPT, slow_turn=1)
+    s = stepper(policies={'p': pol}, config=CollectConfig.tiny(group_size=1, episode_timeout_s=0.3))
+    s.step_button.click()
+    assert s.trajectory.status == 'running'
+    s.step_button.click()  # sleeps 1 s > 0.3 s
+    t = s.trajectory
+    assert t.status == 'timeout' and 'longer than 0.3 s' in t.error and s.driver.turn == 2
+    assert '>timeout<' in s.state_html.value and 'longer than 0.3 s' in s.state_html.value
+    assert s.step_button.disabled
+    import time; time.sleep(1.2)  # the engine's worker finishes the abandoned request
+    s.back_button.click()  # undo the failed turn: live again after turn 1
+    assert s.trajectory.status == 'running' and s.driver.turn == 1
+    pol.slow_turn, pol.broken_turn = None, pol.calls
+    s.step_button.click()
+    t = s.trajectory
+    assert t.status == 'error' and 'RuntimeError: engine exploded' in t.error
+    s.back_button.click(); s.step_button.click(); s.step_button.click()
+    assert (s.trajectory.status, s.trajectory.reward) == ('done', 1.0)

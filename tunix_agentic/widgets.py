@@ -417,7 +417,7 @@ def draw_plot(self: DumpViewer, keys: Sequence[str] | None = None):
     "Draw the metrics curves of the whole folder into `self.plot` (PNG)."
     self.plot.value = _png(plot_metrics(self.dumps, keys))
 
-# %% ../nbs/11_widgets.ipynb #97fd2989
+# %% ../nbs/11_widgets.ipynb #f17869e7
 _LOOP: asyncio.AbstractEventLoop | None = None
 _LOOP_LOCK = threading.Lock()
 _LOOP_THREAD = 'tunix-widgets-loop'
@@ -437,7 +437,11 @@ def run_async(coro, timeout: float | None = 300.0) -> Any:
     if threading.current_thread().name == _LOOP_THREAD:
         coro.close()
         raise RuntimeError('run_async called from the widgets loop itself; await the coroutine')
-    return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+    fut = asyncio.run_coroutine_threadsafe(coro, loop)
+    try: return fut.result(timeout)
+    except TimeoutError:
+        fut.cancel()  # do not leave it running on the loop
+        raise TimeoutError(f'run_async: not finished after {timeout} s; cancelled') from None
 
 # %% ../nbs/11_widgets.ipynb #6259a69e
 class EpisodeDriver:
@@ -500,7 +504,7 @@ async def reset(self: EpisodeDriver, env: Any, # a `envs.BaseEnv` (fresh, or reu
     self._set('running')
     return self._record()
 
-# %% ../nbs/11_widgets.ipynb #ac6f4f08
+# %% ../nbs/11_widgets.ipynb #f8444b80
 @patch
 def snapshot(self: EpisodeDriver) -> Trajectory:
     "The episode so far as a `Trajectory` (a deep copy: later turns do not change it)."
@@ -532,9 +536,10 @@ async def _end(self: EpisodeDriver, status: TrajectoryStatus | str, error: str |
     steps = self.agent.trajectory.steps
     for s, g in zip(steps, mc_returns([s.reward for s in steps], self.config.gamma)):
         s.mc_return = g
-    await self.env.close()
+    try: await self.env.close()
+    except Exception as e: logger.warning('env.close failed: %r', e)
 
-# %% ../nbs/11_widgets.ipynb #25118b11
+# %% ../nbs/11_widgets.ipynb #2ba115b3
 @patch
 async def _sample(self: EpisodeDriver, text: str | None, budget: int) -> tuple[Any, str]:
     "The turn's `GenerateOutput` (sampled, or the typed text) and its source."
@@ -546,28 +551,22 @@ async def _sample(self: EpisodeDriver, text: str | None, budget: int) -> tuple[A
         reason = 'stop' if len(ids) <= budget else 'length'
         ids = ids[:budget]
         return GenerateOutput(ids, [0.0] * len(ids), reason), 'human'
-    if self.policy is None:
-        raise ValueError('this driver has no policy: type the assistant turn (text=...)')
     params = c.sampling.replace(max_new_tokens=min(c.sampling.max_new_tokens, budget),
                                 stop_token_ids=tuple(sorted(self.stops)),
                                 seed=derive_seed(self.sampling_seed, self.turn))
     return await self.policy.agenerate(list(self.enc.input_ids), params), 'policy'
 
-# %% ../nbs/11_widgets.ipynb #88bf0c22
+# %% ../nbs/11_widgets.ipynb #c16d5183
 @patch
-async def step(self: EpisodeDriver, text: str | None = None, # a typed assistant turn; None: sample
-               _replay: tuple | None = None) -> Trajectory:
-    "Play one turn (sampled, or `text` typed by a person); returns the new snapshot."
-    if self.enc is None: raise ValueError('call reset(env, task) before step()')
-    if self.done:
-        raise ValueError(f'the episode has ended ({self.status.value}); reset or step back')
+async def _turn(self: EpisodeDriver, text: str | None, replay: tuple | None):
+    "The body of one turn, as in the collector's episode loop."
     budget = self.enc.remaining()
-    if budget <= 0: await self._end('max_length'); return self._record()
-    out, source = _replay or await self._sample(text, budget)
+    if budget <= 0: return await self._end('max_length')
+    out, source = replay or await self._sample(text, budget)
     self.turns.append((out, source))
     self.counts['turns'] = self.turn
     if out.finish_reason == 'abort':
-        await self._end('error', 'the rollout engine aborted the request'); return self._record()
+        return await self._end('error', 'the rollout engine aborted the request')
     ids = out.token_ids[:-1] if out.token_ids and out.token_ids[-1] in self.stops else out.token_ids
     action = self.agent.update_from_model(self.tokenizer.decode(ids, skip_special_tokens=False),
                                           finish_reason=out.finish_reason, source=source)
@@ -575,7 +574,7 @@ async def step(self: EpisodeDriver, text: str | None = None, # a typed assistant
     if out.finish_reason == 'length':
         self.counts['truncated_turns'] += 1
         if len(out.token_ids) >= budget or self.enc.remaining() <= 0:
-            await self._end('max_length'); return self._record()
+            return await self._end('max_length')
     self.counts['parse_errors'] += len(action.parse_errors)
     self.counts['tool_calls'] += len(action.tool_calls)
     if action.tool_calls: self._set('tool_calling')
@@ -586,7 +585,33 @@ async def step(self: EpisodeDriver, text: str | None = None, # a typed assistant
     if done: await self._end(info.get('status', 'done'), info.get('error'))
     elif self.turn >= self.max_turns: await self._end('max_turns')
     else: await self._add_env_messages(new)
+
+# %% ../nbs/11_widgets.ipynb #05528abe
+@patch
+async def step(self: EpisodeDriver, text: str | None = None, # a typed assistant turn; None: sample
+               _replay: tuple | None = None) -> Trajectory:
+    "Play one turn (sampled, or `text` typed by a person); returns the new snapshot."
+    if self.enc is None: raise ValueError('call reset(env, task) before step()')
+    if self.done:
+        raise ValueError(f'the episode has ended ({self.status.value}); reset or step back')
+    if text is None and _replay is None and self.policy is None:
+        raise ValueError('this driver has no policy: type the assistant turn (text=...)')
+    n, limit = self.turn, self.config.episode_timeout_s
+    try:
+        async with asyncio.timeout(limit): await self._turn(text, _replay)
+    except TimeoutError: await self._fail(n, 'timeout', f'the turn took longer than {limit:g} s')
+    except Exception as e:
+        logger.warning('stepper turn failed: %r', e, exc_info=True)
+        await self._fail(n, 'error', f'{type(e).__name__}: {e}')
     return self._record()
+
+@patch
+async def _fail(self: EpisodeDriver, n: int, status: str, error: str):
+    "End the episode after a failed turn; the turn keeps a placeholder so `back` can undo it."
+    if self.turn == n: self.turns.append((None, 'failed'))
+    self.counts['turns'] = self.turn
+    try: await self._end(status, error)
+    except Exception as e: logger.warning('ending a failed episode: %r', e)
 
 @patch
 async def _add_env_messages(self: EpisodeDriver, new: list[dict]):
@@ -599,20 +624,23 @@ async def _add_env_messages(self: EpisodeDriver, new: list[dict]):
         await self._end('max_length')
     elif enc.remaining() <= 0: await self._end('max_length')
 
-# %% ../nbs/11_widgets.ipynb #b736ba31
+# %% ../nbs/11_widgets.ipynb #5733a81a
 @patch
 async def back(self: EpisodeDriver, n: int = 1) -> Trajectory:
     "Undo the last `n` turns (reset with the same seed, replay the others); returns the snapshot."
     if n < 0 or n > self.turn: raise ValueError(f'can step back 0..{self.turn} turns, got {n}')
-    keep, old = self.turns[:self.turn - n], self.history[:self.turn - n + 1]
+    keep = [r for r in self.turns[:self.turn - n] if r[0] is not None]  # no failed turns
+    old = self.history[:self.turn - n + 1]
     t = await self.reset(self.env, self.task, self.seed, self.sampling_seed)
-    for rec in keep: t = await self.step(_replay=rec)
+    for rec in keep:
+        if self.done: break  # a nondeterministic env ended earlier this time
+        t = await self.step(_replay=rec)
     if [h.input_ids for h in self.history] != [h.input_ids for h in old]:
         logger.warning('replaying the kept turns gave different tokens: the environment is not '
                        'deterministic under its seed; showing the replayed episode')
     return t
 
-# %% ../nbs/11_widgets.ipynb #2e4df1ba
+# %% ../nbs/11_widgets.ipynb #9f2dc384
 def _task_label(j: int, task: Mapping) -> str:
     q = next((str(task[k]) for k in ('question', 'prompt', 'problem') if k in task),
              json.dumps(task, default=str)[:60])
@@ -657,7 +685,7 @@ class EpisodeStepper(_Shows):
         self._wire()
         self._fill_tasks()
 
-# %% ../nbs/11_widgets.ipynb #1cb7af5c
+# %% ../nbs/11_widgets.ipynb #ebe45bfc
 @patch
 def _wire(self: EpisodeStepper):
     self.env_dropdown.observe(lambda ch: self._fill_tasks(), names='value')
@@ -697,7 +725,7 @@ def _fill_tasks(self: EpisodeStepper):
     finally: self._filling = False
     self.reset()
 
-# %% ../nbs/11_widgets.ipynb #0c2e2e05
+# %% ../nbs/11_widgets.ipynb #abda7d53
 @patch
 def _make_env(self: EpisodeStepper, task: dict):
     if hasattr(self.envs, 'make'): return self.envs.make(task)
@@ -747,7 +775,7 @@ def back(self: EpisodeStepper):
     "Undo the last turn."
     self._act('back', lambda: self.driver.back())
 
-# %% ../nbs/11_widgets.ipynb #3ab69a09
+# %% ../nbs/11_widgets.ipynb #7d4da5b8
 @patch(as_prop=True)
 def trajectory(self: EpisodeStepper) -> Trajectory | None:
     "The snapshot on show (None before the first reset)."
