@@ -39,7 +39,7 @@ class RateLimiter:
     @property
     def waiting(self) -> int: return sum(not f.done() for f in self._waiters)
 
-# %% ../nbs/01a_ratelimit.ipynb #abebac09
+# %% ../nbs/01a_ratelimit.ipynb #ead02f6e
 @patch
 def _refill(self: RateLimiter):
     if self.rate is None: return
@@ -47,6 +47,7 @@ def _refill(self: RateLimiter):
     self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.rate)
     self._stamp = now
 
+# %% ../nbs/01a_ratelimit.ipynb #40ec9ea2
 @patch
 def _dispatch(self: RateLimiter):
     self._timer = None
@@ -64,7 +65,7 @@ def _dispatch(self: RateLimiter):
         self.in_flight += 1; self.granted += 1
         fut.set_result(None)
 
-# %% ../nbs/01a_ratelimit.ipynb #6f49976b
+# %% ../nbs/01a_ratelimit.ipynb #4be82374
 @patch
 async def acquire(self: RateLimiter):
     "Wait for a slot (FIFO). Pair with `release()`, or use `async with limiter.slot():`."
@@ -77,6 +78,7 @@ async def acquire(self: RateLimiter):
         elif self._timer is None: self._dispatch()  # our leaving may unblock the next waiter
         raise
 
+# %% ../nbs/01a_ratelimit.ipynb #354fb124
 @patch
 def release(self: RateLimiter):
     "Give a slot back."
@@ -85,6 +87,7 @@ def release(self: RateLimiter):
     self.in_flight -= 1
     if self._timer is None: self._dispatch()
 
+# %% ../nbs/01a_ratelimit.ipynb #705a7af8
 @patch
 @contextlib.asynccontextmanager
 async def slot(self: RateLimiter, tool_name: str | None = None):
@@ -93,7 +96,7 @@ async def slot(self: RateLimiter, tool_name: str | None = None):
     try: yield self
     finally: self.release()
 
-# %% ../nbs/01a_ratelimit.ipynb #dbedfe0c
+# %% ../nbs/01a_ratelimit.ipynb #df623393
 class ToolRateLimiter:
     "A global `RateLimiter` and per-tool ones; `slot(tool_name)` takes the tool's, then the global."
     def __init__(self,
@@ -115,7 +118,7 @@ class ToolRateLimiter:
         if self.global_limiter is not None: d['global'] = self.global_limiter.in_flight
         return d
 
-# %% ../nbs/01a_ratelimit.ipynb #5d334fbd
+# %% ../nbs/01a_ratelimit.ipynb #19940c35
 class RetryLater(Exception):
     "A backend is overloaded (HTTP 429/503); try again after `retry_after` seconds if given."
     def __init__(self, message: str = 'retry later', retry_after: float | None = None):

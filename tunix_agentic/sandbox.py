@@ -432,7 +432,7 @@ class CodeInterpreterTool(BaseTool):
         super().__init__(**kw)
         self.backend = backend or LocalSandbox()
 
-# %% ../nbs/01b_sandbox.ipynb #bad7075c
+# %% ../nbs/01b_sandbox.ipynb #7fe1c4eb
 @patch
 async def _run(self: CodeInterpreterTool, code: str, workdir: str | None) -> tuple[str, dict]:
     r = await self.backend.run(code, workdir=workdir)
@@ -442,6 +442,7 @@ async def _run(self: CodeInterpreterTool, code: str, workdir: str | None) -> tup
     so_far = f'\noutput so far:\n{partial}' if partial else ''
     raise ToolError(f'code execution {r.status}: {r.message}{so_far}')
 
+# %% ../nbs/01b_sandbox.ipynb #8b7d8265
 @patch
 async def async_forward(self: CodeInterpreterTool, code: str = '', **kw) -> ToolOutput:
     "Stateless run (a fresh scratch dir)."
@@ -449,12 +450,13 @@ async def async_forward(self: CodeInterpreterTool, code: str = '', **kw) -> Tool
     except ToolError as e: return ToolOutput(self.name, error=str(e))
     return ToolOutput(self.name, output=text, metadata=meta)
 
+# %% ../nbs/01b_sandbox.ipynb #9185d44e
 @patch
 def forward(self: CodeInterpreterTool, code: str = '', **kw) -> ToolOutput:
     "Synchronous stateless run (not from inside a running event loop)."
     return asyncio.run(self.async_forward(code=code))
 
-# %% ../nbs/01b_sandbox.ipynb #878e3c59
+# %% ../nbs/01b_sandbox.ipynb #3c149c2b
 @patch
 async def execute(self: CodeInterpreterTool, instance_id: str, parameters: dict, **kw
                   ) -> tuple[str, float, dict]:
@@ -463,6 +465,7 @@ async def execute(self: CodeInterpreterTool, instance_id: str, parameters: dict,
     text, meta = await self._run(parameters.get('code', ''), inst['workdir'])
     return text, 0.0, meta
 
+# %% ../nbs/01b_sandbox.ipynb #82d6f8dc
 @patch
 async def release(self: CodeInterpreterTool, instance_id: str, **kw) -> None:
     inst = self.instances.pop(instance_id, None)

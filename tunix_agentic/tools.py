@@ -137,7 +137,7 @@ class BaseTool:
             return await asyncio.get_running_loop().run_in_executor(tool_thread_pool(), fn)
         return self.forward(**kwargs)
 
-# %% ../nbs/01_tools.ipynb #0098004f
+# %% ../nbs/01_tools.ipynb #3c388ffc
 @patch
 async def create(self: BaseTool, instance_id: str | None = None, **create_kwargs) -> str:
     "Make a per-episode instance; returns its id."
@@ -145,6 +145,7 @@ async def create(self: BaseTool, instance_id: str | None = None, **create_kwargs
     self.instances[iid] = {'create_kwargs': create_kwargs, 'reward': 0.0}
     return iid
 
+# %% ../nbs/01_tools.ipynb #041ad9c1
 @patch
 async def execute(self: BaseTool, instance_id: str, parameters: dict, **execute_kwargs
                   ) -> tuple[str, float, dict]:
@@ -153,17 +154,19 @@ async def execute(self: BaseTool, instance_id: str, parameters: dict, **execute_
     if out.error is not None: raise ToolError(out.error)
     return out.to_text(), out.reward, dict(out.metadata)
 
+# %% ../nbs/01_tools.ipynb #ab71d406
 @patch
 async def calc_reward(self: BaseTool, instance_id: str, **kwargs) -> float:
     "The instance's reward at the end of an episode (0.0 unless a tool keeps score)."
     return float(self.instances.get(instance_id, {}).get('reward', 0.0))
 
+# %% ../nbs/01_tools.ipynb #9e27bc91
 @patch
 async def release(self: BaseTool, instance_id: str, **kwargs) -> None:
     "Free an instance; releasing twice is harmless."
     self.instances.pop(instance_id, None)
 
-# %% ../nbs/01_tools.ipynb #32ffde0d
+# %% ../nbs/01_tools.ipynb #e105da17
 def _as_text(x: Any) -> str:
     if isinstance(x, str): return x
     try: return json.dumps(x, ensure_ascii=False, default=str)
@@ -185,7 +188,7 @@ class FunctionTool(BaseTool):
     @classmethod
     def from_function(cls, fn: Callable, **kwargs) -> FunctionTool: return cls(fn, **kwargs)
 
-# %% ../nbs/01_tools.ipynb #2a37bc62
+# %% ../nbs/01_tools.ipynb #6cf6034d
 @patch
 def forward(self: FunctionTool, **kwargs) -> ToolOutput:
     "Call the function; never raises (errors come back in `ToolOutput.error`)."
@@ -195,6 +198,7 @@ def forward(self: FunctionTool, **kwargs) -> ToolOutput:
         return res if isinstance(res, ToolOutput) else ToolOutput(self.name, output=_as_text(res))
     except Exception as e: return ToolOutput(self.name, error=_error_text(e))
 
+# %% ../nbs/01_tools.ipynb #d76ea1e5
 @patch
 async def async_forward(self: FunctionTool, **kwargs) -> ToolOutput:
     "Await the function (async) or run `forward` (in a thread when `blocking`)."
@@ -204,7 +208,7 @@ async def async_forward(self: FunctionTool, **kwargs) -> ToolOutput:
         return res if isinstance(res, ToolOutput) else ToolOutput(self.name, output=_as_text(res))
     except Exception as e: return ToolOutput(self.name, error=_error_text(e))
 
-# %% ../nbs/01_tools.ipynb #40a8cc98
+# %% ../nbs/01_tools.ipynb #c7e0d26e
 def exact_str(q: Fraction) -> str:
     "An exact decimal for `q` if it terminates, else the reduced fraction `p/q`."
     if q.denominator == 1: return str(q.numerator)
@@ -216,7 +220,7 @@ def exact_str(q: Fraction) -> str:
     digits = str(abs(q.numerator) * 10 ** k // q.denominator).rjust(k + 1, '0')
     return ('-' if q < 0 else '') + digits[:-k] + '.' + digits[-k:]
 
-# %% ../nbs/01_tools.ipynb #55567d74
+# %% ../nbs/01_tools.ipynb #fea9a523
 def _int(x) -> int: return int(x)  # JSON 3.0 is an integer; validation already rejected 3.5
 
 def add(a: int, b: int) -> int:
@@ -237,7 +241,7 @@ def subtract(a: int, b: int) -> int:
     """
     return _int(a) - _int(b)
 
-# %% ../nbs/01_tools.ipynb #5ec35912
+# %% ../nbs/01_tools.ipynb #a95a42c7
 def multiply(a: int, b: int) -> int:
     """Multiply two integers exactly.
 
@@ -262,7 +266,7 @@ def calculator_tools() -> list[BaseTool]:
     fns = (add, subtract, multiply, divide)
     return [FunctionTool.from_function(f, blocking=False) for f in fns]
 
-# %% ../nbs/01_tools.ipynb #d4fd77fe
+# %% ../nbs/01_tools.ipynb #eb30ac8f
 _NUM = re.compile(r'-?\d+(?:\.\d+)?(?:/\d+)?')
 
 def gsm8k_number(text: Any) -> Fraction | None:
@@ -274,7 +278,7 @@ def gsm8k_number(text: Any) -> Fraction | None:
     try: return Fraction(nums[-1])
     except (ValueError, ZeroDivisionError): return None
 
-# %% ../nbs/01_tools.ipynb #7fbd2d5a
+# %% ../nbs/01_tools.ipynb #f8f54c68
 class Gsm8kTool(BaseTool):
     "verl-style `calc_gsm8k_reward`: ground truth via `create_kwargs`, reward via `calc_reward`."
     name = 'calc_gsm8k_reward'
@@ -292,7 +296,7 @@ class Gsm8kTool(BaseTool):
         text = f'Current parsed answer={answer!r} reward={reward}'
         return ToolOutput(self.name, output=text, reward=reward)
 
-# %% ../nbs/01_tools.ipynb #8aea382f
+# %% ../nbs/01_tools.ipynb #82fe772f
 @patch
 async def create(self: Gsm8kTool, instance_id: str | None = None, ground_truth: str | None = None,
                  **kwargs) -> str:
@@ -302,6 +306,7 @@ async def create(self: Gsm8kTool, instance_id: str | None = None, ground_truth: 
     self.instances[iid] = {'ground_truth': str(ground_truth), 'response': '', 'reward': 0.0}
     return iid
 
+# %% ../nbs/01_tools.ipynb #491d1889
 @patch
 async def execute(self: Gsm8kTool, instance_id: str, parameters: dict, **kwargs
                   ) -> tuple[str, float, dict]:
@@ -313,7 +318,7 @@ async def execute(self: Gsm8kTool, instance_id: str, parameters: dict, **kwargs
     inst.update(response=str(answer), reward=out.reward)
     return out.output, step, {'correct': out.reward == 1.0}
 
-# %% ../nbs/01_tools.ipynb #f7f1eccb
+# %% ../nbs/01_tools.ipynb #151563bc
 _KW_KEYS = ('create_kwargs', 'execute_kwargs', 'calc_reward_kwargs', 'release_kwargs')
 
 class ToolManager:
@@ -340,7 +345,7 @@ class ToolManager:
         "A new per-episode session; use as `async with`."
         return ToolSession(self, tools_kwargs)
 
-# %% ../nbs/01_tools.ipynb #ee566d80
+# %% ../nbs/01_tools.ipynb #4be08213
 class ToolSession:
     "One episode's tool instances: `start`, `execute` turns, `calc_rewards`, `release` (always)."
     def __init__(self, manager: ToolManager, tools_kwargs: dict | None = None):
@@ -358,7 +363,7 @@ class ToolSession:
     async def __aenter__(self): await self.start(); return self
     async def __aexit__(self, *exc): await self.release()
 
-# %% ../nbs/01_tools.ipynb #711d662a
+# %% ../nbs/01_tools.ipynb #918360b6
 @patch
 async def start(self: ToolSession):
     "Create one instance per tool (concurrently); idempotent."
@@ -371,7 +376,7 @@ async def start(self: ToolSession):
             self.create_errors[name] = _error_text(e)
     await asyncio.gather(*(one(n, t) for n, t in self.manager.tools.items()))
 
-# %% ../nbs/01_tools.ipynb #c6edfabb
+# %% ../nbs/01_tools.ipynb #c600c88b
 class _CallTimeout(Exception): "The per-call timeout of the ToolManager expired."
 
 def _call_fields(call: Any) -> tuple[Any, Any, Any]:
@@ -400,7 +405,7 @@ def _check_call(self: ToolSession, name: Any, args: Any) -> tuple[BaseTool, dict
         raise ToolError(f'tool {name} is unavailable: {self.create_errors[name]}')
     return tools[name], args
 
-# %% ../nbs/01_tools.ipynb #0a0420e7
+# %% ../nbs/01_tools.ipynb #4c68c88b
 @patch
 async def _run_one(self: ToolSession, call: Any, call_id: str) -> ToolOutput:
     t0, m = time.monotonic(), self.manager
@@ -433,7 +438,7 @@ async def _run_one(self: ToolSession, call: Any, call_id: str) -> ToolOutput:
     out.metadata['latency_s'] = time.monotonic() - t0
     return out
 
-# %% ../nbs/01_tools.ipynb #ccd3f2f8
+# %% ../nbs/01_tools.ipynb #c0ffc4e1
 @patch
 async def execute(self: ToolSession, calls: list[ToolCall]) -> list[ToolOutput]:
     "Run one turn's calls concurrently; outputs in call order; never raises (except cancellation)."
@@ -445,7 +450,7 @@ async def execute(self: ToolSession, calls: list[ToolCall]) -> list[ToolOutput]:
         self.n_calls += 1
     return list(await asyncio.gather(*(self._run_one(c, i) for c, i in zip(calls or [], ids))))
 
-# %% ../nbs/01_tools.ipynb #ac7a278c
+# %% ../nbs/01_tools.ipynb #60bcc678
 @patch
 async def calc_rewards(self: ToolSession) -> dict[str, float]:
     "Each tool's `calc_reward` for this episode's instance."
@@ -459,6 +464,7 @@ async def calc_rewards(self: ToolSession) -> dict[str, float]:
     names = list(self.instance_ids)
     return dict(zip(names, await asyncio.gather(*(one(n) for n in names))))
 
+# %% ../nbs/01_tools.ipynb #03ec11a3
 @patch
 async def release(self: ToolSession):
     "Release every instance; idempotent, never raises."
