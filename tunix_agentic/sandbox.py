@@ -66,7 +66,7 @@ class SandboxResult:
     @property
     def ok(self) -> bool: return self.status == 'ok'
 
-# %% ../nbs/01b_sandbox.ipynb #51aa7137
+# %% ../nbs/01b_sandbox.ipynb #eaf1032b
 _LAUNCHER = r'''
 import ctypes, json, os, resource, signal, sys, traceback
 cfg = json.loads(sys.argv[1])
@@ -105,7 +105,7 @@ def readonly_fs(scratch):
         fl |= 2 * ('nosuid' in opts) | 4 * ('nodev' in opts) | 8 * ('noexec' in opts)
         try: mount(None, mp, None, fl)
         except OSError as e:
-            rep['errors'].append(f'read-only {mp}: {e}'); ok = ok and mp != '/'
+            rep['errors'].append(f'read-only {mp}: {e}'); ok = False  # a writable mount left
     rep['readonly_fs'] = ok
 scratch = cfg['scratch']
 if cfg['isolation'] != 'none':
