@@ -319,3 +319,59 @@ def test_rollout_data_dir_dumps_each_step(tmp_path):
     assert sorted(t.episode_id for t in load_step(tmp_path, 1)) == sorted(t.episode_id for t in second)
     assert {t.policy_version for t in load_step(tmp_path, 1)} == {1}
     assert all(t.metrics['policy_version_last'] == 1 for t in second)
+
+
+@pytest.mark.timeout(60)
+def test_prompt_longer_than_max_seq_len():
+    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, SCRIPT), TOK, calc_group(),
+                                  config=CollectConfig.tiny(group_size=1, max_seq_len=100))
+    [t] = eng.run([TASK])
+    assert t.status == S.MAX_LENGTH and 'max_seq_len is 100' in t.error
+    assert len(t.input_ids) == t.prompt_len == 100 and sum(t.response_mask) == 0
+    assert t.metrics['prompt_too_long'] > 100 and t.metrics['turns'] == 0 and t.steps == []
+
+
+from hypothesis import given, settings, HealthCheck, strategies as st
+
+_RESPONSES = st.one_of(
+    st.tuples(st.sampled_from(['add', 'subtract', 'multiply', 'divide']),
+              st.integers(-999, 999), st.integers(-99, 99)).map(
+        lambda t: f'<tool_call>\n{{"name": "{t[0]}", "arguments": {{"a": {t[1]}, "b": {t[2]}}}}}\n</tool_call>'),
+    st.just('<tool_call>\n{"name": "add", "arguments": \n</tool_call>'),          # malformed JSON
+    st.just('<tool_call>\n{"name": "sqrt", "arguments": {"x": 2}}\n</tool_call>'),  # unknown tool
+    st.just('<tool_call>\n{"name": "tracked", "arguments": {}}\n</tool_call>'),     # stateful tool
+    st.text(alphabet='abc 0123456789#.,$\n', min_size=1, max_size=40),             # an answer
+)
+
+
+@pytest.mark.timeout(300)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=st.lists(_RESPONSES, min_size=1, max_size=5), room=st.integers(1, 400),
+       max_turns=st.integers(1, 5), group=st.integers(1, 3))
+def test_property_trajectories_are_token_exact(script, room, max_turns, group):
+    "Any mix of calls, bad calls and answers under any budget: the invariants the learner relies on."
+    Tracked.live.clear()
+    policy = ScriptedPolicy(TOK, script)
+    envs = calc_group(max_turns=5, extra_tools=[Tracked()])
+    prompt_len = TrajectoryCollectEngine(policy, TOK, envs, config=CollectConfig.tiny(group_size=1)) \
+        .run([TASK])[0].prompt_len
+    cfg = CollectConfig.tiny(group_size=group, max_turns=max_turns, max_seq_len=prompt_len + room)
+    trajs = TrajectoryCollectEngine(policy, TOK, envs, config=cfg).run([TASK])
+    im_end = TOK.convert_tokens_to_ids('<|im_end|>')
+    for t in trajs:
+        assert t.status in (S.DONE, S.MAX_TURNS, S.MAX_LENGTH) and t.error is None, (t.status, t.error)
+        n = len(t.input_ids)
+        assert n == len(t.response_mask) == len(t.logprobs) and n <= cfg.max_seq_len
+        assert t.response_mask[:t.prompt_len] == [0] * t.prompt_len
+        assert all(lp == (-0.5 if m else 0.0) for lp, m in zip(t.logprobs, t.response_mask))
+        runs = spans(t.response_mask)
+        assert len(runs) == t.metrics['turns'] == len(t.steps) <= max_turns
+        for k, (a, b) in enumerate(runs):
+            want = TOK.encode(script[min(k, len(script) - 1)], add_special_tokens=False) + [im_end]
+            got = t.input_ids[a:b]
+            if got != want:  # only the last turn may be cut, and only by the token budget
+                assert k == len(runs) - 1 and t.status == S.MAX_LENGTH and want[:len(got)] == got
+        assert t.metrics['drift'] == 0
+        assert t.metrics['tool_calls'] == sum(len(s.action.tool_calls) for s in t.steps)
+        if t.status == S.DONE: assert t.steps[-1].action.is_final
+    assert Tracked.live == set()

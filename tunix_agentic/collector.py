@@ -156,7 +156,7 @@ def _decode_response(self: TrajectoryCollectEngine, out: GenerateOutput, stops: 
     ids = out.token_ids[:-1] if out.token_ids and out.token_ids[-1] in stops else out.token_ids
     return self.tokenizer.decode(ids, skip_special_tokens=False)
 
-# %% ../nbs/07a_collector.ipynb #5cbf990e
+# %% ../nbs/07a_collector.ipynb #b14f7d93
 @patch
 async def _run_episode(self: TrajectoryCollectEngine, ep: _Episode, max_turns: int):
     "reset → (model → parse → env step) × turns; sets `ep.status`."
@@ -168,6 +168,14 @@ async def _run_episode(self: TrajectoryCollectEngine, ep: _Episode, max_turns: i
     ep.agent.update_from_env(obs, 0.0, False, info)
     ep.enc = enc = self._encoder(getattr(ep.agent, 'tools', None))
     enc.start(ep.agent.chat_completions)
+    if len(enc.input_ids) >= c.max_seq_len:  # the prompt alone fills the budget: nothing to train
+        n = len(enc.input_ids)
+        _rollback(enc, c.max_seq_len, len(enc.messages))  # keep len(input_ids) <= max_seq_len
+        enc.prompt_len = min(enc.prompt_len, c.max_seq_len)
+        ep.counts['prompt_too_long'] = n
+        ep.status = _S.MAX_LENGTH
+        ep.error = f'the prompt has {n} tokens; max_seq_len is {c.max_seq_len}'
+        return
     stops = set(c.sampling.stop_token_ids) | {self.end_id}
     for turn in range(max_turns):
         budget = enc.remaining()
@@ -186,12 +194,12 @@ async def _run_episode(self: TrajectoryCollectEngine, ep: _Episode, max_turns: i
         action = ep.agent.update_from_model(self._decode_response(out, stops),
                                             finish_reason=out.finish_reason)
         enc.add_assistant(out.token_ids, out.logprobs, ep.agent.chat_completions[-1])
+        ep.counts['parse_errors'] += len(action.parse_errors)
+        ep.counts['tool_calls'] += len(action.tool_calls)  # calls the model made (run or not)
         if out.finish_reason == 'length':
             ep.counts['truncated_turns'] += 1
             if len(out.token_ids) >= budget or enc.remaining() <= 0:
                 ep.status = _S.MAX_LENGTH; return
-        ep.counts['parse_errors'] += len(action.parse_errors)
-        ep.counts['tool_calls'] += len(action.tool_calls)
         if action.tool_calls: self._set(st, _S.TOOL_CALLING)
         t = time.perf_counter()
         obs, reward, done, info = await ep.env.step(action)
@@ -261,7 +269,7 @@ async def collect(self: TrajectoryCollectEngine, task: dict, *,
     if cancelled: raise asyncio.CancelledError()
     return traj
 
-# %% ../nbs/07a_collector.ipynb #67b17f83
+# %% ../nbs/07a_collector.ipynb #f5898f92
 @patch
 def _finish(self: TrajectoryCollectEngine, ep: _Episode, episode_id: str, group_id: str,
             version: int, total_s: float, sink: Callable | None = None) -> Trajectory:
@@ -270,7 +278,8 @@ def _finish(self: TrajectoryCollectEngine, ep: _Episode, episode_id: str, group_
     metrics: dict[str, Any] = dict(ep.counts, env_seed=ep.env_seed, sampling_seed=ep.sampling_seed,
                                    policy_version_last=ep.version_last)
     enc = ep.enc
-    if enc is not None and self.config.prefix_check and ep.status not in (_S.ERROR,):
+    if (enc is not None and self.config.prefix_check and ep.status != _S.ERROR
+            and 'prompt_too_long' not in ep.counts):
         try:
             d = enc.prefix_check()
             metrics['drift'], metrics['drift_first_mismatch'] = int(d.count), d.first_mismatch
