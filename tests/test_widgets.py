@@ -93,7 +93,7 @@ def test_chat_pairs_steps_with_assistant_turns():
     t = make_traj(reward=0.75)
     h = wd.render_chat(t.messages, t.steps)
     assert h.count('class="ta-step"') == 2
-    assert h.index('parse error') < h.index('tool · add') < h.index('reward 0.75')
+    assert h.index('parse error') < h.index('tool &middot; add') < h.index('reward 0.75')
 
 
 def test_render_trajectory_from_dict_and_header():
@@ -127,16 +127,20 @@ def test_metrics_plot_curves(tmp_path):
                                            eid=f'{s}{e}') for e in range(4)])
     rows = wd.dump_metrics(tmp_path)
     assert [rows[s]['reward/mean'] for s in range(4)] == [0.0, 0.25, 0.5, 0.75]
-    assert rows[0].get('status/done') is None and rows[3]['status/error'] == 0.25
+    assert rows[0]['status/done'] == 0.0 and rows[3]['status/error'] == 0.25  # share, not missing
     fig = wd.plot_metrics(tmp_path, keys=['reward/mean', 'status/done', 'metrics/time/model_s'])
     from matplotlib.figure import Figure
     assert isinstance(fig, Figure)
     ys = [list(ax.lines[0].get_ydata()) for ax in fig.axes]
     assert ys[0] == [0.0, 0.25, 0.5, 0.75]
-    assert ys[1][0] != ys[1][0] and ys[1][1:] == [0.25, 0.5, 0.75]  # missing -> NaN gap
+    assert ys[1] == [0.0, 0.25, 0.5, 0.75]
     assert ys[2] == [0.5] * 4
     fig.savefig(tmp_path / 'm.png')
     assert (tmp_path / 'm.png').stat().st_size > 1000
+    late = make_traj(eid='late'); late.metrics['only_late'] = 2.0
+    write_dump(tmp_path, 3, [late])
+    y2 = list(wd.plot_metrics(tmp_path, keys=['metrics/only_late']).axes[0].lines[0].get_ydata())
+    assert all(y != y for y in y2[:3]) and y2[3] == 2.0  # missing elsewhere: NaN gaps, not zeros
 
 
 # ---------------------------------------------------------------- dump viewer
@@ -280,7 +284,7 @@ def test_stepper_buttons_chat_and_token_strip():
     s.step_button.click()
     chat = s.chat_html.value
     assert 'parsed call multiply({&quot;a&quot;: 12, &quot;b&quot;: 34})' in chat
-    assert 'tool · multiply' in chat and '>408</pre>' in chat  # tool output
+    assert 'tool &middot; multiply' in chat and '>408</pre>' in chat  # tool output
     assert 'reward 0' in chat and '>running<' in s.state_html.value
     assert 'turn 1/4' in s.state_html.value  # min(config max_turns 4, env max_turns 5)
     s.step_button.click(); s.step_button.click()

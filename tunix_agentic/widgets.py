@@ -51,7 +51,7 @@ def _call_text(call: Any) -> str:
     if not isinstance(args, str): args = json.dumps(args, ensure_ascii=False)
     return f'{name}({args})'
 
-# %% ../nbs/11_widgets.ipynb #4d96938c
+# %% ../nbs/11_widgets.ipynb #a667b0ef
 _ROLE_COLORS = {'system': '#eceff1', 'user': '#e3f2fd', 'assistant': '#f1f8e9', 'tool': '#fff8e1'}
 _PRE = 'white-space:pre-wrap;word-break:break-word;margin:0;font-family:monospace;font-size:90%'
 
@@ -75,7 +75,8 @@ def render_message(msg: Mapping, step: Step | None = None) -> str:
     role = str(msg.get('role', '?'))
     border = '#c62828' if role == 'tool' and str(msg.get('content', '')).startswith('Error:') \
         else '#b0bec5'
-    label = role + (f' · {msg["name"]}' if role == 'tool' and msg.get('name') else '')
+    label = esc(role)
+    if role == 'tool' and msg.get('name'): label += f' &middot; {esc(msg["name"])}'
     body = []
     reasoning = msg.get('reasoning_content') or msg.get('reasoning')
     if reasoning:
@@ -88,7 +89,7 @@ def render_message(msg: Mapping, step: Step | None = None) -> str:
     bg = _ROLE_COLORS.get(role, '#fafafa')
     return (f'<div class="ta-msg ta-{esc(role)}" style="display:flex;gap:8px;margin:3px 0;'
             f'padding:4px 6px;background:{bg};border-left:3px solid {border}">'
-            f'<div style="min-width:72px;font-weight:bold;font-size:85%">{esc(label)}</div>'
+            f'<div style="min-width:72px;font-weight:bold;font-size:85%">{label}</div>'
             f'<div style="flex:1">{"".join(body)}</div></div>')
 
 # %% ../nbs/11_widgets.ipynb #b1fa373a
@@ -103,7 +104,7 @@ def render_chat(messages: Sequence[Mapping], # OpenAI-style chat messages
         out.append(render_message(m, st))
     return f'<div class="ta-chat">{"".join(out)}</div>'
 
-# %% ../nbs/11_widgets.ipynb #0aa07010
+# %% ../nbs/11_widgets.ipynb #e9df178e
 MASK_COLORS = {1: '#c8e6c9', 0: '#e0e0e0'}  # response_mask value -> background
 
 def _token_texts(ids: Sequence[int], tokenizer: Any = None) -> list[str]:
@@ -116,9 +117,9 @@ def _token_texts(ids: Sequence[int], tokenizer: Any = None) -> list[str]:
 
 def _shown(t: str) -> str:
     "Visible form of a token: newlines as ↵ (then a real line break), tabs as →."
-    return esc(t.replace('\t', '→')).replace('\n', '↵\n') if t else '∅'
+    return esc(t).replace('\t', '&#8594;').replace('\n', '&#8629;\n') if t else '&#8709;'
 
-# %% ../nbs/11_widgets.ipynb #10dc0c9d
+# %% ../nbs/11_widgets.ipynb #3d0de9c7
 def render_tokens(input_ids: Sequence[int], # token ids of the episode
                   response_mask: Sequence[int], # 1 = sampled by the model, 0 = prompt/tool/template
                   logprobs: Sequence[float] | None = None, # sampled logprobs (0.0 where mask is 0)
@@ -139,7 +140,7 @@ def render_tokens(input_ids: Sequence[int], # token ids of the episode
         spans.append(f'<span class="ta-tok ta-mask{m}" title="{esc(title)}" style="background:'
                      f'{MASK_COLORS.get(m, "#ffcdd2")};border-right:1px solid #fff">'
                      f'{_shown(t)}</span>')
-    more = (f'<div style="color:#757575">… {n - max_tokens} more tokens not shown</div>'
+    more = (f'<div style="color:#757575">&#8230; {n - max_tokens} more tokens not shown</div>'
             if n > max_tokens else '')
     n1 = int(sum(int(x) for x in response_mask))
     legend = (f'<div style="font-size:85%;margin-bottom:2px">{n} tokens: '
@@ -164,7 +165,7 @@ def _metrics_table(metrics: Mapping) -> str:
                     f'{esc(f"{v:.4g}" if isinstance(v, float) else v)}</td></tr>' for k, v in rows)
     return f'<table class="ta-metrics" style="font-size:85%">{cells}</table>'
 
-# %% ../nbs/11_widgets.ipynb #6579c27f
+# %% ../nbs/11_widgets.ipynb #0bf2bf53
 def render_trajectory(traj: Trajectory | Mapping, # a Trajectory or its `to_dict()`
                       tokenizer: Any = None, # decodes token text for the strip
                       show_tokens: bool = True, # include the token strip
@@ -177,7 +178,7 @@ def render_trajectory(traj: Trajectory | Mapping, # a Trajectory or its `to_dict
     info += [f'{k} {esc(v)}' for k, v in [('env', t.env_name), ('episode', t.episode_id),
                                           ('group', t.group_id)] if v]
     if t.policy_version: info.append(f'policy v{t.policy_version}')
-    head = f'<div class="ta-head">{status_badge(t.status)} {" · ".join(info)}</div>'
+    head = f'<div class="ta-head">{status_badge(t.status)} {" &middot; ".join(info)}</div>'
     if t.error: head += f'<div class="ta-error" style="color:#c62828">error: {esc(t.error)}</div>'
     task = {k: v for k, v in t.task.items() if k not in ('messages',)}
     if task:
@@ -214,7 +215,7 @@ def load_dump_dir(path: str | Path, # a rollout-dump folder (`dumps.dump_path` f
             out[s] = _read_lenient(dump_path(path, s))
     return out
 
-# %% ../nbs/11_widgets.ipynb #dc9137e4
+# %% ../nbs/11_widgets.ipynb #ffc1ca28
 def _mean(xs: Sequence[float]) -> float: return sum(xs) / len(xs) if xs else math.nan
 
 def step_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
@@ -240,9 +241,13 @@ def dump_metrics(dumps: Mapping[int, Sequence[Trajectory]] | str | Path, # folde
                 ) -> dict[int, dict[str, float]]:
     "`{step: metrics row}` for a dump folder or a loaded `{step: trajectories}` mapping."
     if isinstance(dumps, (str, Path)): dumps = load_dump_dir(dumps)
-    return {s: step_metrics(ts) for s, ts in dumps.items()}
+    rows = {s: step_metrics(ts) for s, ts in dumps.items()}
+    shares = {k for r in rows.values() for k in r if k.startswith('status/')}
+    for r in rows.values():  # a status no episode of a step ended with has share 0, not "unknown"
+        for k in shares: r.setdefault(k, 0.0)
+    return rows
 
-# %% ../nbs/11_widgets.ipynb #4db765b7
+# %% ../nbs/11_widgets.ipynb #e97efbc7
 _DEFAULT_KEYS = ('reward/mean', 'status/done', 'turns/mean', 'tokens/response')
 
 def plot_metrics(source: Mapping | str | Path, # folder, `{step: trajectories}` or `{step: row}`
@@ -253,8 +258,10 @@ def plot_metrics(source: Mapping | str | Path, # folder, `{step: trajectories}` 
                 ) -> 'matplotlib.figure.Figure':
     "Curves of metrics over training steps from rollout dumps; returns the Figure."
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
     if isinstance(source, (str, Path)): source = load_dump_dir(source)
-    rows = {s: (r if isinstance(r, Mapping) else step_metrics(r)) for s, r in source.items()}
+    rows = {s: r for s, r in source.items() if isinstance(r, Mapping)}  # ready rows
+    rows = rows if len(rows) == len(source) else dump_metrics(source)
     have = {k for r in rows.values() for k in r}
     if keys is None:
         keys = [k for k in _DEFAULT_KEYS if k in have]
@@ -272,6 +279,7 @@ def plot_metrics(source: Mapping | str | Path, # folder, `{step: trajectories}` 
             ax.fill_between(steps, [rows[s]['reward/min'] for s in steps],
                             [rows[s]['reward/max'] for s in steps], alpha=0.2, label='min-max')
         ax.set_title(k, fontsize=10); ax.set_xlabel('training step'); ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if not rows: fig.text(0.5, 0.5, 'no dumps yet', ha='center')
     return fig
 
@@ -775,7 +783,7 @@ def back(self: EpisodeStepper):
     "Undo the last turn."
     self._act('back', lambda: self.driver.back())
 
-# %% ../nbs/11_widgets.ipynb #7d4da5b8
+# %% ../nbs/11_widgets.ipynb #a65447c0
 @patch(as_prop=True)
 def trajectory(self: EpisodeStepper) -> Trajectory | None:
     "The snapshot on show (None before the first reset)."
@@ -791,12 +799,12 @@ def _redraw(self: EpisodeStepper):
     if t is None or d.enc is None:
         self.state_html.value = self.chat_html.value = self.tokens_html.value = ''; return
     left = t.metrics.get('tokens_left', 0)
-    err = f' · <span style="color:#c62828">{esc(t.error)}</span>' if t.error else ''
-    path = ' → '.join(d.status_history[-6:])
+    err = f' &middot; <span style="color:#c62828">{esc(t.error)}</span>' if t.error else ''
+    path = ' &#8594; '.join(d.status_history[-6:])
     self.state_html.value = (f'<div class="ta-state">{status_badge(t.status)} turn '
-                             f'{d.turn}/{d.max_turns} · reward <b>{t.reward:g}</b> · {left} tokens '
-                             f'left · seed {d.seed}{err}<div style="font-size:85%;color:#546e7a">'
-                             f'states: {esc(path)}</div></div>')
+                             f'{d.turn}/{d.max_turns} &middot; reward <b>{t.reward:g}</b> &middot; '
+                             f'{left} tokens left &middot; seed {d.seed}{err}'
+                             f'<div style="font-size:85%;color:#546e7a">states: {path}</div></div>')
     self.chat_html.value = render_chat(t.messages, t.steps)
     self.tokens_html.value = render_tokens(t.input_ids, t.response_mask, t.logprobs, self.tokenizer,
                                            self.max_tokens)
