@@ -157,7 +157,7 @@ def dump_dir(tmp_path):
 
 def test_dump_viewer_slider_filters_and_buttons(dump_dir):
     v = wd.DumpViewer(dump_dir)
-    assert v.step == 5 and v.step_label.value == 'step 5 (2/2)' and v.load_notes == []
+    assert v.step == 5 and v.step_label.value == 'step 5 (2/2)' and v.folder.notes[5] == []
     assert len(v.episode_list.options) == 4 and 's5-0' in v.view.value
     v.next_button.click(); v.next_button.click()
     assert v.episode_list.value == 2 and 's5-2' in v.view.value
@@ -179,15 +179,32 @@ def test_dump_viewer_slider_filters_and_buttons(dump_dir):
 def test_dump_viewer_refresh_sees_new_steps_and_plots(dump_dir):
     v = wd.DumpViewer(dump_dir)
     v.step_slider.value = 0
-    write_dump(dump_dir, 9, [make_traj(reward=2.0, eid='new')])
+    write_dump(dump_dir, 9, [make_traj(reward=2.0, eid='new', env='web')])
+    write_dump(dump_dir, 0, [make_traj(reward=0.25, eid='late-0')])  # the run appends to step 0
     v.refresh_button.click()
-    assert v.step == 0  # stays where the user was
-    assert v.reward_filter.max == 2.0 and v.reward_filter.value == (0.0, 2.0)
+    assert v.step == 0 and len(v.episodes) == 5  # stays where the user was; changed file re-read
+    assert v.env_filter.options == ('all', 'calc', 'gsm8k')  # step 9 not visited yet
     v.step_slider.value = v.step_slider.max
-    assert v.step == 9 and 'new' in v.view.value
+    assert v.step == 9 and 'new' in v.view.value and v.step_label.value == 'step 9 (3/3)'
+    # the reward filter was at its full range, so it follows the range as it grows
+    assert v.reward_filter.max == 2.0 and v.reward_filter.value == (0.0, 2.0)
+    assert v.env_filter.options == ('all', 'calc', 'gsm8k', 'web')
     assert v.plot.value == b''
     v.plot_button.click()
     assert v.plot.value[:4] == b'\x89PNG'
+
+
+def test_dump_viewer_narrowed_reward_filter_stays_and_memory_is_bounded(dump_dir):
+    v = wd.DumpViewer(dump_dir, keep_steps=1)
+    v.reward_filter.value = (0.5, 1.0)
+    write_dump(dump_dir, 7, [make_traj(reward=-3.0, eid='neg'), make_traj(reward=0.75, eid='ok')])
+    v.refresh_button.click(); v.step_slider.value = 2
+    assert v.step == 7 and (v.reward_filter.min, v.reward_filter.max) == (-3.0, 1.0)
+    assert v.reward_filter.value == (0.5, 1.0)  # the user's choice is kept
+    assert [t.episode_id for t in v.episodes] == ['ok']
+    assert list(v.folder._episodes) == [7]  # keep_steps=1: only the step on show is in memory
+    rows = wd.dump_metrics(v.folder)
+    assert rows[7]['reward/mean'] == -1.125 and list(rows) == [0, 5, 7]
 
 
 def test_dump_viewer_empty_folder(tmp_path):

@@ -18,8 +18,8 @@ logger = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['logger', 'MASK_COLORS', 'esc', 'status_badge', 'render_message', 'render_chat', 'render_tokens', 'render_trajectory',
-           'load_dump_dir', 'step_metrics', 'dump_metrics', 'plot_metrics', 'DumpViewer', 'run_async', 'EpisodeDriver',
-           'EpisodeStepper']
+           'load_dump_dir', 'DumpFolder', 'step_metrics', 'dump_metrics', 'plot_metrics', 'DumpViewer', 'run_async',
+           'EpisodeDriver', 'EpisodeStepper']
 
 # %% ../nbs/11_widgets.ipynb #01a169ec
 def esc(x: Any) -> str:
@@ -191,7 +191,7 @@ def render_trajectory(traj: Trajectory | Mapping, # a Trajectory or its `to_dict
         toks = render_tokens(t.input_ids, t.response_mask, t.logprobs, tokenizer, max_tokens)
     return f'<div class="ta-traj">{head}{render_chat(t.messages, t.steps)}{toks}</div>'
 
-# %% ../nbs/11_widgets.ipynb #7e7a1839
+# %% ../nbs/11_widgets.ipynb #335a6e74
 def _read_lenient(path: Path) -> list[Trajectory]:
     "Trajectories from one JSONL file; lines that do not parse are skipped with a logged warning."
     out = []
@@ -202,20 +202,63 @@ def _read_lenient(path: Path) -> list[Trajectory]:
         except Exception as e: logger.warning('%s:%d: skipped unreadable line (%s)', path, n, e)
     return out
 
-def load_dump_dir(path: str | Path, # a rollout-dump folder (`dumps.dump_path` files)
-                 ) -> dict[int, list[Trajectory]]:
-    "Read a rollout-dump folder into `{training step: [Trajectory, ...]}`, in step order."
+def _load_step(path: Path, step: int) -> list[Trajectory]:
+    "One step's episodes: `dumps.load_step`, or every line that parses if it refuses the file."
+    try: return load_step(path, step)
+    except ValueError as e:  # damaged in the middle: keep what parses
+        logger.warning('%s; reading the lines that parse', e)
+        return _read_lenient(dump_path(path, step))
+
+def _check_dir(path: str | Path) -> Path:
     path = Path(path)
     if not path.is_dir(): raise FileNotFoundError(f'dump folder {str(path)!r} does not exist')
-    out: dict[int, list[Trajectory]] = {}
-    for s in list_dump_steps(path):
-        try: out[s] = load_step(path, s)
-        except ValueError as e:  # damaged in the middle: keep what parses
-            logger.warning('%s; reading the lines that parse', e)
-            out[s] = _read_lenient(dump_path(path, s))
-    return out
+    return path
 
-# %% ../nbs/11_widgets.ipynb #ffc1ca28
+def load_dump_dir(path: str | Path, # a rollout-dump folder (`dumps.dump_path` files)
+                 ) -> dict[int, list[Trajectory]]:
+    "Read a whole rollout-dump folder into `{training step: [Trajectory, ...]}`, in step order."
+    path = _check_dir(path)
+    return {s: _load_step(path, s) for s in list_dump_steps(path)}
+
+# %% ../nbs/11_widgets.ipynb #0b0d691e
+class DumpFolder:
+    "A rollout-dump folder read lazily: one step at a time, cached until its file changes."
+    def __init__(self, path: str | Path, # the rollout-dump folder
+                 keep: int = 4): # steps' episodes kept in memory (least recently used go first)
+        self.path, self.keep = _check_dir(path), max(1, keep)
+        self._episodes: dict[int, tuple[tuple, list[Trajectory]]] = {}  # step -> (stamp, episodes)
+        self._rows: dict[int, tuple[tuple, dict]] = {}  # step -> (stamp, metrics row)
+        self.notes: dict[int, list[str]] = {}  # step -> warnings of its last read
+
+    @property
+    def steps(self) -> list[int]: return list_dump_steps(self.path)
+    def _stamp(self, step: int) -> tuple:
+        st = dump_path(self.path, step).stat(); return (st.st_size, st.st_mtime_ns)
+
+# %% ../nbs/11_widgets.ipynb #2270c15d
+@patch
+def load(self: DumpFolder, step: int) -> list[Trajectory]:
+    "The episodes of one training step (from the cache while the file is unchanged)."
+    stamp, hit = self._stamp(step), self._episodes.pop(step, None)
+    if hit is None or hit[0] != stamp:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            hit = (stamp, _load_step(self.path, step))
+        self.notes[step] = [str(w.message) for w in caught]
+        for m in self.notes[step]: logger.warning('%s', m)
+    self._episodes[step] = hit  # most recently used last
+    while len(self._episodes) > self.keep: self._episodes.pop(next(iter(self._episodes)))
+    return hit[1]
+
+@patch
+def metrics(self: DumpFolder, step: int) -> dict[str, float]:
+    "`step_metrics` of one step (cached while the file is unchanged)."
+    stamp, hit = self._stamp(step), self._rows.get(step)
+    if hit is None or hit[0] != stamp:
+        hit = self._rows[step] = (stamp, step_metrics(self.load(step)))
+    return hit[1]
+
+# %% ../nbs/11_widgets.ipynb #4c3fbda2
 def _mean(xs: Sequence[float]) -> float: return sum(xs) / len(xs) if xs else math.nan
 
 def step_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
@@ -237,20 +280,25 @@ def step_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     row.update({k: _mean(v) for k, v in vals.items()})
     return row
 
-def dump_metrics(dumps: Mapping[int, Sequence[Trajectory]] | str | Path, # folder or loaded dumps
+def dump_metrics(dumps: Mapping[int, Sequence[Trajectory]] | DumpFolder | str | Path, # dumps
                 ) -> dict[int, dict[str, float]]:
-    "`{step: metrics row}` for a dump folder or a loaded `{step: trajectories}` mapping."
-    if isinstance(dumps, (str, Path)): dumps = load_dump_dir(dumps)
-    rows = {s: step_metrics(ts) for s, ts in dumps.items()}
+    "`{step: metrics row}` for a dump folder (read one step at a time) or `{step: trajectories}`."
+    if isinstance(dumps, (str, Path)): dumps = DumpFolder(dumps, keep=1)
+    if isinstance(dumps, DumpFolder): rows = {s: dumps.metrics(s) for s in dumps.steps}
+    else: rows = {s: step_metrics(ts) for s, ts in dumps.items()}
+    return _fill_shares(rows)
+
+def _fill_shares(rows: dict[int, dict]) -> dict[int, dict]:
+    rows = {s: dict(r) for s, r in rows.items()}
     shares = {k for r in rows.values() for k in r if k.startswith('status/')}
     for r in rows.values():  # a status no episode of a step ended with has share 0, not "unknown"
         for k in shares: r.setdefault(k, 0.0)
     return rows
 
-# %% ../nbs/11_widgets.ipynb #e97efbc7
+# %% ../nbs/11_widgets.ipynb #6473e551
 _DEFAULT_KEYS = ('reward/mean', 'status/done', 'turns/mean', 'tokens/response')
 
-def plot_metrics(source: Mapping | str | Path, # folder, `{step: trajectories}` or `{step: row}`
+def plot_metrics(source: Mapping | DumpFolder | str | Path, # folder, `{step: episodes}` or rows
                  keys: Sequence[str] | None = None, # panels; default: reward, done share, turns,
                                                     # tokens, then up to 4 episode metrics
                  ncols: int = 2, # panels per row
@@ -259,9 +307,9 @@ def plot_metrics(source: Mapping | str | Path, # folder, `{step: trajectories}` 
     "Curves of metrics over training steps from rollout dumps; returns the Figure."
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
-    if isinstance(source, (str, Path)): source = load_dump_dir(source)
-    rows = {s: r for s, r in source.items() if isinstance(r, Mapping)}  # ready rows
-    rows = rows if len(rows) == len(source) else dump_metrics(source)
+    if isinstance(source, (str, Path, DumpFolder)): rows = dump_metrics(source)
+    elif all(isinstance(r, Mapping) for r in source.values()): rows = _fill_shares(dict(source))
+    else: rows = dump_metrics(source)
     have = {k for r in rows.values() for k in r}
     if keys is None:
         keys = [k for k in _DEFAULT_KEYS if k in have]
@@ -283,7 +331,7 @@ def plot_metrics(source: Mapping | str | Path, # folder, `{step: trajectories}` 
     if not rows: fig.text(0.5, 0.5, 'no dumps yet', ha='center')
     return fig
 
-# %% ../nbs/11_widgets.ipynb #3abc2019
+# %% ../nbs/11_widgets.ipynb #86aef5ac
 def _png(fig) -> bytes:
     buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=80); return buf.getvalue()
 
@@ -291,16 +339,17 @@ class _Shows:
     "Mixin: display `self.widget` when the object is the last value of a cell."
     def _repr_mimebundle_(self, **kw): return self.widget._repr_mimebundle_(**kw)
 
-# %% ../nbs/11_widgets.ipynb #36fe6eb8
+# %% ../nbs/11_widgets.ipynb #049fb0b2
 class DumpViewer(_Shows):
     "Browse a rollout-dump folder: step slider, filters by reward/status/env, episode rendering."
     def __init__(self, dump_dir: str | Path, # folder of `*.jsonl` dumps, one file per training step
                  tokenizer: Any = None, # decodes the token strip's text
                  max_tokens: int = 2048, # cut long token strips
-                ):
-        self.dump_dir, self.tokenizer, self.max_tokens = Path(dump_dir), tokenizer, max_tokens
-        self.dumps: dict[int, list[Trajectory]] = {}
-        self.load_notes: list[str] = []  # warnings from the last read (torn lines)
+                 keep_steps: int = 4): # steps kept in memory
+        self.folder = DumpFolder(dump_dir, keep=keep_steps)
+        self.tokenizer, self.max_tokens = tokenizer, max_tokens
+        self.steps: list[int] = []
+        self._rlo = self._rhi = None  # reward range seen so far
         self.step_slider = W.IntSlider(0, min=0, max=0, description='step #', readout=False,
                                        continuous_update=False)
         self.step_label = W.Label()
@@ -316,10 +365,11 @@ class DumpViewer(_Shows):
         self.plot_button = W.Button(description='Plot')
         self.summary, self.view = W.HTML(), W.HTML()
         self.plot = W.Image(format='png')
+        self._updating = False
         self._wire()
         self.refresh()
 
-# %% ../nbs/11_widgets.ipynb #acd6397f
+# %% ../nbs/11_widgets.ipynb #6db59e14
 @patch
 def _wire(self: DumpViewer):
     for w in (self.step_slider, self.reward_filter, self.status_filter, self.env_filter):
@@ -336,44 +386,61 @@ def _wire(self: DumpViewer):
                        self.summary])
     self.widget = W.VBox([controls, self.view, self.plot])
 
-# %% ../nbs/11_widgets.ipynb #1c8baee7
-@patch
-def refresh(self: DumpViewer):
-    "Re-read the folder; reset the slider and filter choices (keeps the current step if present)."
-    step = self.step
-    with warnings.catch_warnings(record=True) as caught:  # torn last lines, said in the summary
-        warnings.simplefilter('always')
-        self.dumps = load_dump_dir(self.dump_dir)
-    self.load_notes = [str(w.message) for w in caught]
-    steps, all_t = list(self.dumps), [t for ts in self.dumps.values() for t in ts]
-    rs = [t.reward for t in all_t] or [0.0]
-    lo, hi = min(rs), max(rs)
-    self._updating = True  # one update at the end, not one per control
-    try:
-        self.reward_filter.min, self.reward_filter.max = -1e9, 1e9  # no clamping while moving
-        self.reward_filter.max, self.reward_filter.min = (hi if hi > lo else lo + 1), lo
-        self.reward_filter.value = (self.reward_filter.min, self.reward_filter.max)
-        self.status_filter.options = ['all'] + sorted({t.status.value for t in all_t})
-        self.env_filter.options = ['all'] + sorted({t.env_name for t in all_t if t.env_name})
-        self.step_slider.max = max(len(steps) - 1, 0)
-        self.step_slider.value = steps.index(step) if step in steps else self.step_slider.max
-    finally: self._updating = False
-    self.update()
-
 @patch(as_prop=True)
 def step(self: DumpViewer) -> int | None:
     "The training step the slider is on (None for an empty folder)."
-    steps = list(self.dumps)
-    return steps[self.step_slider.value] if steps else None
+    return self.steps[self.step_slider.value] if self.steps else None
 
-# %% ../nbs/11_widgets.ipynb #84e78035
+@patch
+def refresh(self: DumpViewer):
+    "Look for new steps (keeps the current step if present, else goes to the last one)."
+    step, self.steps = self.step, self.folder.steps
+    self._updating = True
+    try:
+        self.step_slider.max = max(len(self.steps) - 1, 0)
+        self.step_slider.value = (self.steps.index(step) if step in self.steps
+                                  else self.step_slider.max)
+    finally: self._updating = False
+    self.update()
+
+# %% ../nbs/11_widgets.ipynb #8bf152bf
+def _grow(dropdown: W.Dropdown, values: set[str]):
+    "Add `values` to a dropdown's choices (after 'all'), keeping its selection."
+    have = set(dropdown.options) - {'all'}
+    if values <= have: return
+    v = dropdown.value
+    dropdown.options = ['all'] + sorted(have | values)
+    dropdown.value = v
+
+@patch
+def _grow_filters(self: DumpViewer, eps: list[Trajectory]):
+    if not eps: return
+    rs, f = [t.reward for t in eps], self.reward_filter
+    full = self._rlo is None or tuple(f.value) == (f.min, f.max)
+    lo = min(rs + ([self._rlo] if self._rlo is not None else []))
+    hi = max(rs + ([self._rhi] if self._rhi is not None else []))
+    if (lo, hi) != (self._rlo, self._rhi):
+        self._rlo, self._rhi = lo, hi
+        old = tuple(f.value)
+        f.min, f.max = -1e18, 1e18  # no clamping while moving
+        f.max, f.min = (hi if hi > lo else lo + 1), lo
+        f.step = max((f.max - f.min) / 100, 1e-6)
+        f.value = (f.min, f.max) if full else (max(old[0], f.min), min(old[1], f.max))
+    _grow(self.status_filter, {t.status.value for t in eps})
+    _grow(self.env_filter, {t.env_name for t in eps if t.env_name})
+
+# %% ../nbs/11_widgets.ipynb #7a74af39
+@patch
+def _all(self: DumpViewer) -> list[Trajectory]:
+    "Every episode of the current step."
+    return [] if self.step is None else self.folder.load(self.step)
+
 @patch(as_prop=True)
 def episodes(self: DumpViewer) -> list[Trajectory]:
     "Episodes of the current step that pass the reward, status and environment filters."
-    if self.step is None: return []
     lo, hi = self.reward_filter.value
     st, env = self.status_filter.value, self.env_filter.value
-    return [t for t in self.dumps[self.step] if lo - 1e-9 <= t.reward <= hi + 1e-9
+    return [t for t in self._all() if lo - 1e-9 <= t.reward <= hi + 1e-9
             and st in ('all', t.status.value) and env in ('all', t.env_name)]
 
 def _label(j: int, t: Trajectory) -> str:
@@ -382,26 +449,30 @@ def _label(j: int, t: Trajectory) -> str:
 
 @patch
 def update(self: DumpViewer):
-    "Rebuild the episode list for the current step and filters; open the first episode."
-    if getattr(self, '_updating', False): return
-    eps, n = self.episodes, len(self.dumps.get(self.step, [])) if self.step is not None else 0
-    self.step_label.value = (f'step {self.step} ({self.step_slider.value + 1}/{len(self.dumps)})'
-                             if self.step is not None else 'no dumps')
-    notes = ''.join(f'<div style="color:#ef6c00">{esc(m)}</div>' for m in self.load_notes)
-    self.summary.value = f'{len(eps)} of {n} episodes match{notes}'
+    "Show the current step: grow the filters, rebuild the episode list, open the first episode."
+    if self._updating: return
     self._updating = True
-    try: self.episode_list.options = [(_label(j, t), j) for j, t in enumerate(eps)]
+    try:
+        every = self._all()
+        self._grow_filters(every)
+        eps = self.episodes
+        self.episode_list.options = [(_label(j, t), j) for j, t in enumerate(eps)]
+        self.episode_list.value = 0 if eps else None
     finally: self._updating = False
-    self.episode_list.value = 0 if eps else None
+    self.step_label.value = (f'step {self.step} ({self.step_slider.value + 1}/{len(self.steps)})'
+                             if self.step is not None else 'no dumps')
+    notes = self.folder.notes.get(self.step, []) if self.step is not None else []
+    notes = ''.join(f'<div style="color:#ef6c00">{esc(m)}</div>' for m in notes)
+    self.summary.value = f'{len(eps)} of {len(every)} episodes match{notes}'
     self._show()
 
-# %% ../nbs/11_widgets.ipynb #1bd98930
+# %% ../nbs/11_widgets.ipynb #fb16303c
 @patch
 def _show(self: DumpViewer):
-    if getattr(self, '_updating', False): return
+    if self._updating: return
     eps, j = self.episodes, self.episode_list.value
     if j is None or j >= len(eps):
-        self.view.value = ('<i>no episode matches the filters</i>' if self.dumps
+        self.view.value = ('<i>no episode matches the filters</i>' if self.steps
                            else '<i>no dumps yet</i>')
         return
     self.view.value = render_trajectory(eps[j], self.tokenizer, max_tokens=self.max_tokens)
@@ -423,9 +494,9 @@ def move(self: DumpViewer, delta: int):
 @patch
 def draw_plot(self: DumpViewer, keys: Sequence[str] | None = None):
     "Draw the metrics curves of the whole folder into `self.plot` (PNG)."
-    self.plot.value = _png(plot_metrics(self.dumps, keys))
+    self.plot.value = _png(plot_metrics(self.folder, keys))
 
-# %% ../nbs/11_widgets.ipynb #f17869e7
+# %% ../nbs/11_widgets.ipynb #dd1bce5e
 _LOOP: asyncio.AbstractEventLoop | None = None
 _LOOP_LOCK = threading.Lock()
 _LOOP_THREAD = 'tunix-widgets-loop'
@@ -451,7 +522,7 @@ def run_async(coro, timeout: float | None = 300.0) -> Any:
         fut.cancel()  # do not leave it running on the loop
         raise TimeoutError(f'run_async: not finished after {timeout} s; cancelled') from None
 
-# %% ../nbs/11_widgets.ipynb #6259a69e
+# %% ../nbs/11_widgets.ipynb #3ac481d5
 class EpisodeDriver:
     "One episode, a turn at a time: env + agent + EpisodeEncoder + a rollout engine or typed text."
     def __init__(self, tokenizer, # the tokenizer whose chat template renders the episode
@@ -481,7 +552,7 @@ class EpisodeDriver:
     @property
     def turn(self) -> int: return len(self.turns)
 
-# %% ../nbs/11_widgets.ipynb #0232d839
+# %% ../nbs/11_widgets.ipynb #b5f49b59
 @patch
 async def reset(self: EpisodeDriver, env: Any, # a `envs.BaseEnv` (fresh, or reused: it is reset)
                 task: dict, # the task row the env was built for
@@ -512,7 +583,7 @@ async def reset(self: EpisodeDriver, env: Any, # a `envs.BaseEnv` (fresh, or reu
     self._set('running')
     return self._record()
 
-# %% ../nbs/11_widgets.ipynb #f8444b80
+# %% ../nbs/11_widgets.ipynb #ceb77722
 @patch
 def snapshot(self: EpisodeDriver) -> Trajectory:
     "The episode so far as a `Trajectory` (a deep copy: later turns do not change it)."
@@ -547,7 +618,7 @@ async def _end(self: EpisodeDriver, status: TrajectoryStatus | str, error: str |
     try: await self.env.close()
     except Exception as e: logger.warning('env.close failed: %r', e)
 
-# %% ../nbs/11_widgets.ipynb #2ba115b3
+# %% ../nbs/11_widgets.ipynb #4eb7c1b9
 @patch
 async def _sample(self: EpisodeDriver, text: str | None, budget: int) -> tuple[Any, str]:
     "The turn's `GenerateOutput` (sampled, or the typed text) and its source."
@@ -564,7 +635,7 @@ async def _sample(self: EpisodeDriver, text: str | None, budget: int) -> tuple[A
                                 seed=derive_seed(self.sampling_seed, self.turn))
     return await self.policy.agenerate(list(self.enc.input_ids), params), 'policy'
 
-# %% ../nbs/11_widgets.ipynb #c16d5183
+# %% ../nbs/11_widgets.ipynb #c644dc86
 @patch
 async def _turn(self: EpisodeDriver, text: str | None, replay: tuple | None):
     "The body of one turn, as in the collector's episode loop."
@@ -594,7 +665,7 @@ async def _turn(self: EpisodeDriver, text: str | None, replay: tuple | None):
     elif self.turn >= self.max_turns: await self._end('max_turns')
     else: await self._add_env_messages(new)
 
-# %% ../nbs/11_widgets.ipynb #05528abe
+# %% ../nbs/11_widgets.ipynb #90ae102c
 @patch
 async def step(self: EpisodeDriver, text: str | None = None, # a typed assistant turn; None: sample
                _replay: tuple | None = None) -> Trajectory:
@@ -632,7 +703,7 @@ async def _add_env_messages(self: EpisodeDriver, new: list[dict]):
         await self._end('max_length')
     elif enc.remaining() <= 0: await self._end('max_length')
 
-# %% ../nbs/11_widgets.ipynb #5733a81a
+# %% ../nbs/11_widgets.ipynb #10f6983f
 @patch
 async def back(self: EpisodeDriver, n: int = 1) -> Trajectory:
     "Undo the last `n` turns (reset with the same seed, replay the others); returns the snapshot."
@@ -648,7 +719,7 @@ async def back(self: EpisodeDriver, n: int = 1) -> Trajectory:
                        'deterministic under its seed; showing the replayed episode')
     return t
 
-# %% ../nbs/11_widgets.ipynb #9f2dc384
+# %% ../nbs/11_widgets.ipynb #ad5e479d
 def _task_label(j: int, task: Mapping) -> str:
     q = next((str(task[k]) for k in ('question', 'prompt', 'problem') if k in task),
              json.dumps(task, default=str)[:60])
@@ -693,7 +764,7 @@ class EpisodeStepper(_Shows):
         self._wire()
         self._fill_tasks()
 
-# %% ../nbs/11_widgets.ipynb #ebe45bfc
+# %% ../nbs/11_widgets.ipynb #5d5e6b0f
 @patch
 def _wire(self: EpisodeStepper):
     self.env_dropdown.observe(lambda ch: self._fill_tasks(), names='value')
@@ -733,7 +804,7 @@ def _fill_tasks(self: EpisodeStepper):
     finally: self._filling = False
     self.reset()
 
-# %% ../nbs/11_widgets.ipynb #abda7d53
+# %% ../nbs/11_widgets.ipynb #76b81ca3
 @patch
 def _make_env(self: EpisodeStepper, task: dict):
     if hasattr(self.envs, 'make'): return self.envs.make(task)
@@ -783,7 +854,7 @@ def back(self: EpisodeStepper):
     "Undo the last turn."
     self._act('back', lambda: self.driver.back())
 
-# %% ../nbs/11_widgets.ipynb #a65447c0
+# %% ../nbs/11_widgets.ipynb #ce6d221d
 @patch(as_prop=True)
 def trajectory(self: EpisodeStepper) -> Trajectory | None:
     "The snapshot on show (None before the first reset)."
