@@ -470,3 +470,19 @@ def test_stepper_timeout_and_engine_error_end_the_episode_and_back_undoes_them()
     assert t.status == 'error' and 'RuntimeError: engine exploded' in t.error
     s.back_button.click(); s.step_button.click(); s.step_button.click()
     assert (s.trajectory.status, s.trajectory.reward) == ('done', 1.0)
+
+
+@pytest.mark.timeout(60)
+def test_stepper_with_env_factories_and_two_policies():
+    from tunix_agentic.envs import ToolEnvironment
+    envs = {'calc3': lambda task: ToolEnvironment(task, tools=calculator_tools(), reward_fn='gsm8k',
+                                                  max_steps=3)}
+    wrong = ScriptedPolicy(TOK, ['#### 1'])
+    s = wd.EpisodeStepper(envs, [TASK], TOK, config=CollectConfig.tiny(group_size=1),
+                          policies={'oracle': ScriptedPolicy(TOK, SCRIPT), 'wrong': wrong})
+    assert s.env_dropdown.options == ('calc3',) and s.driver.max_turns == 3
+    s.step_button.click()  # oracle: multiply
+    s.policy_dropdown.value = 'wrong'
+    s.step_button.click()  # wrong answers at once
+    t = s.trajectory
+    assert (t.status, t.reward, t.num_turns, wrong.calls) == ('done', 0.0, 2, 1)
