@@ -486,3 +486,16 @@ def test_stepper_with_env_factories_and_two_policies():
     s.step_button.click()  # wrong answers at once
     t = s.trajectory
     assert (t.status, t.reward, t.num_turns, wrong.calls) == ('done', 0.0, 2, 1)
+
+
+@pytest.mark.timeout(60)
+def test_stepper_shows_a_failing_reset():
+    bad = {'task_type': 'calc', 'prompt_missing': True}
+    s = wd.EpisodeStepper(group(), [TASK, bad], TOK, policies={'p': ScriptedPolicy(TOK, SCRIPT)},
+                          config=CollectConfig.tiny(group_size=1))
+    s.step_button.click()
+    s.task_dropdown.value = 1  # its env cannot start: no question in the task
+    assert 'reset failed' in s.message.value and 'question' in s.message.value
+    assert s.chat_html.value == '' and s.step_button.disabled and s.send_button.disabled
+    s.task_dropdown.value = 0
+    assert s.message.value == '' and s.trajectory.num_turns == 0 and not s.step_button.disabled

@@ -552,7 +552,7 @@ class EpisodeDriver:
     @property
     def turn(self) -> int: return len(self.turns)
 
-# %% ../nbs/11_widgets.ipynb #b5f49b59
+# %% ../nbs/11_widgets.ipynb #36610abf
 @patch
 async def reset(self: EpisodeDriver, env: Any, # a `envs.BaseEnv` (fresh, or reused: it is reset)
                 task: dict, # the task row the env was built for
@@ -563,7 +563,7 @@ async def reset(self: EpisodeDriver, env: Any, # a `envs.BaseEnv` (fresh, or reu
     from tunix_agentic.collector import derive_seed
     from tunix_agentic.chat import EpisodeEncoder
     if self.env is not None and self.env is not env: await self.env.close()
-    self.env, self.task, self.seed = env, dict(task), seed
+    self.env, self.task, self.seed, self.agent, self.enc = env, dict(task), seed, None, None
     self.sampling_seed = derive_seed(seed, 'stepper') if sampling_seed is None else sampling_seed
     c = self.config
     self.max_turns = min(c.max_turns, getattr(env, 'max_steps', c.max_turns))
