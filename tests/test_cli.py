@@ -32,3 +32,16 @@ def test_episode_prints_tokens_and_masks():
     assert 'The answer is 464.<|im_end|>' in r.stdout
     mask_rows = [l.split()[0] for l in r.stdout.splitlines() if l[:4].strip() in ('0', '1') and len(l.split()) > 2]
     assert mask_rows == ['0', '1', '0', '1', '0', '1'], mask_rows
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_demo_quick_writes_its_outputs(tmp_path):
+    "`tunix-agentic demo --quick` runs the whole pipeline (SFT, GRPO, eval) and leaves plot, metrics, dumps."
+    out = tmp_path / 'demo'
+    r = run('demo', '--quick', '--out', str(out), timeout=590)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (out / 'demo.png').stat().st_size > 1000
+    assert (out / 'summary.json').exists()
+    assert list((out / 'grpo' / 'rollouts').glob('step_*.jsonl'))
+    assert (out / 'grpo' / 'metrics.jsonl').read_text().strip()

@@ -75,12 +75,12 @@ def _cmd_episode(args) -> int:
     print('\n' + format_token_table(traj, tokenizer))
     return 0
 
-# %% ../nbs/12_cli.ipynb #0cdeae8e
+# %% ../nbs/12_cli.ipynb #dd9f0b94
 def _cmd_demo(args) -> int:
     "Run the CPU demo: SFT warm start, then GRPO with multi-turn tool use."
     from tunix_agentic.demo import DemoConfig, run_demo
-    cfg = DemoConfig.quick() if args.quick else DemoConfig.cpu()
-    overrides = {k: v for k, v in [('out_dir', args.out), ('seed', args.seed)] if v is not None}
+    cfg = DemoConfig.tiny() if args.quick else DemoConfig.cpu()
+    overrides = {k: v for k, v in [('output_dir', str(args.out) if args.out else None), ('seed', args.seed)] if v is not None}
     if overrides: cfg = cfg.replace(**overrides)
     result = run_demo(cfg)
     return 0 if result.get('ok', True) else 1
