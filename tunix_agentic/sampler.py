@@ -131,16 +131,16 @@ class JaxSampler(BaseRollout):
                                new_tokens=sum(len(o.token_ids) for o in outs))
         return outs
 
-# %% ../nbs/09_sampler.ipynb #fea1a6f1
+# %% ../nbs/09_sampler.ipynb #ada8c8e8
 @patch
 def update_params(self: JaxSampler, params: Any, version: int | None = None):
-    "Use new weights: an `nnx.Module` (live) or an `nnx.State` of the same model (snapshot)."
+    "Use new weights: an `nnx.Module` (read live) or an `nnx.State` of the same model (pinned)."
     if isinstance(params, nnx.Module): self.model, self._state = params, None
     elif isinstance(params, nnx.State):
         want = jax.tree.structure(nnx.state(self.model))
         if jax.tree.structure(params) != want:
             raise ValueError(f'update_params: state tree does not match the model ({want})')
-        self._state = params
+        self._state = jax.tree.map(lambda a: a, params)   # new containers, same arrays
     else: raise TypeError(f'update_params expects an nnx.Module or nnx.State, got {type(params)}')
     super(JaxSampler, self).update_params(params, version)
 

@@ -1,0 +1,143 @@
+"""The real sglang-jax engine (CPU, f32) against our NNX model and the vanilla sampler: greedy
+tokens, logprobs within 1e-4, weight hot-swap, and failures that surface within the timeout."""
+import time
+import numpy as np
+import pytest
+import jax, jax.numpy as jnp
+from flax import nnx
+
+from tunix_agentic.default_model import load_default
+from tunix_agentic.models import save_hf
+from tunix_agentic.rollout import SamplingParams
+from tunix_agentic.sampler import JaxSampler, SamplerConfig
+
+sgl = pytest.importorskip('sgl_jax')
+from tunix_agentic.sglang_engine import (EngineError, EngineTimeoutError, SglangConfig,
+                                         SglangJaxRollout)
+
+pytestmark = pytest.mark.slow
+
+
+def sharpen(model, factor=20.0):
+    "Scale the LM head so greedy choices have margins far above float32 noise."
+    model.lm_head.kernel[...] = model.lm_head.kernel[...] * factor
+    return model
+
+
+@pytest.fixture(scope='module')
+def ckpt(tmp_path_factory):
+    model, cfg, tok = load_default()
+    sharpen(model)
+    d = save_hf(model, cfg, tmp_path_factory.mktemp('sharp'))
+    prompts = [tok.apply_chat_template([{'role': 'user', 'content': q}], add_generation_prompt=True)
+               for q in ('What is 2+3?', 'Hi', 'Add 17 and 25 with the tool.', 'x')]
+    return d, model, cfg, tok, prompts
+
+
+@pytest.fixture(scope='module')
+def engine(ckpt):
+    r = SglangJaxRollout(ckpt[0], SglangConfig.cpu(timeout_s=180))
+    yield r
+    r.close()
+
+
+def full_logprobs(model, prompt, toks, temperature):
+    "log_softmax(logits / T) of our model's uncached forward at each sampled position."
+    x = jnp.asarray([prompt + toks])
+    lg = np.asarray(nnx.jit(lambda m, x: m(x))(model, x)[0, len(prompt) - 1:-1], np.float64)
+    lg = lg / (temperature or 1.0)
+    lg = lg - lg.max(-1, keepdims=True)
+    return lg - np.log(np.exp(lg).sum(-1, keepdims=True))
+
+
+@pytest.mark.timeout(600)
+def test_greedy_parity_model_vanilla_sglang(ckpt, engine):
+    d, model, cfg, tok, prompts = ckpt
+    g = SamplingParams(temperature=0.0, max_new_tokens=24)
+    sg = engine.generate(prompts, g)
+    va = JaxSampler(model, config=SamplerConfig(max_batch=4)).generate(prompts, g)
+    assert [o.token_ids for o in sg] == [o.token_ids for o in va]
+    worst = 0.0
+    for p, o in zip(prompts, sg):
+        lp = full_logprobs(model, p, o.token_ids, 0.0)
+        assert lp.argmax(-1).tolist() == o.token_ids            # (b) greedy tokens of our model
+        want = lp[np.arange(len(o.token_ids)), o.token_ids]
+        worst = max(worst, np.abs(np.asarray(o.logprobs) - want).max())
+    assert worst < 1e-4, worst
+    print(f'sglang vs NNX f32 greedy: identical tokens, max |logprob diff| = {worst:.2e}')
+    # stop ids: included, finish 'stop', same cut in both engines
+    stop = sg[0].token_ids[5]
+    gs = g.replace(stop_token_ids=(stop,))
+    a, b = engine.generate(prompts[:1], gs)[0], JaxSampler(model).generate(prompts[:1], gs)[0]
+    assert a.token_ids == b.token_ids and a.token_ids[-1] == stop
+    assert a.finish_reason == b.finish_reason == 'stop'
+
+
+@pytest.mark.timeout(600)
+def test_sampled_logprobs_and_group_seeds(ckpt, engine):
+    d, model, cfg, tok, prompts = ckpt
+    sp = SamplingParams(temperature=0.8, top_k=20, top_p=0.95, max_new_tokens=12)
+    group = engine.generate([prompts[0]] * 4, [sp.replace(seed=i) for i in range(4)])
+    assert len({tuple(o.token_ids) for o in group}) > 1        # distinct seeds, distinct samples
+    again = engine.generate([prompts[0]], sp.replace(seed=2))[0]
+    assert again.token_ids == group[2].token_ids                # a seed reproduces its sample
+    unseeded = engine.generate([prompts[0]] * 4, sp)           # the rollout seeds each request
+    assert len({tuple(o.token_ids) for o in unseeded}) > 1
+    for o in group:  # convention: log_softmax(logits / T) before top-k/top-p
+        lp = full_logprobs(model, prompts[0], o.token_ids, sp.temperature)
+        want = lp[np.arange(len(o.token_ids)), o.token_ids]
+        assert np.abs(np.asarray(o.logprobs) - want).max() < 1e-4
+
+
+@pytest.mark.timeout(600)
+def test_hot_swap_matches_vanilla_and_restores(ckpt, engine):
+    d, model, cfg, tok, prompts = ckpt
+    g = SamplingParams(temperature=0.0, max_new_tokens=16)
+    before = [o.token_ids for o in engine.generate(prompts, g)]
+    old = jax.tree.map(lambda a: a, nnx.state(model, nnx.Param))  # new containers: a snapshot
+    keys = iter(jax.random.split(jax.random.key(42), 100))
+    new = jax.tree.map(lambda a: a * (1 + 0.3 * jax.random.normal(next(keys), a.shape)), old)
+    t0 = time.perf_counter()
+    engine.update_params(new, version=7)
+    push_s = time.perf_counter() - t0
+    assert engine.policy_version == 7
+    after = [o.token_ids for o in engine.generate(prompts, g)]
+    vanilla = JaxSampler(model, config=SamplerConfig(max_batch=4))
+    vanilla.update_params(_with(model, new))
+    want = [o.token_ids for o in vanilla.generate(prompts, g)]
+    assert after == want and after != before
+    engine.update_params(old)
+    assert [o.token_ids for o in engine.generate(prompts, g)] == before
+    print(f'hot-swap push + flush: {push_s * 1e3:.0f} ms')
+
+
+def _with(model, params):
+    "A copy of `model` holding `params` (the vanilla sampler's view of the pushed weights)."
+    m = nnx.clone(model)
+    nnx.update(m, params)
+    return m
+
+
+@pytest.mark.timeout(240)
+def test_engine_failure_surfaces_within_timeout(ckpt):
+    d = ckpt[0]
+    r = SglangJaxRollout(d, SglangConfig.cpu(timeout_s=25, load_format='dummy'))
+    leaves = r.runner.model_state_leaves
+    bad = [jnp.zeros((3,) + l.shape[1:], l.dtype) if i == 0 else l for i, l in enumerate(leaves)]
+    r._call(lambda: setattr(r.runner, 'model_state_leaves', bad), 10, 'corrupt weights')
+    t0 = time.perf_counter()
+    with pytest.raises(EngineError) as e:
+        r.generate([[1, 2, 3]], SamplingParams(temperature=0.0, max_new_tokens=4))
+    took = time.perf_counter() - t0
+    assert took < 25 + 10, took
+    with pytest.raises(EngineError, match='broken|failed'):
+        r.generate([[1, 2, 3]], SamplingParams(max_new_tokens=2))
+    print(f'engine failure surfaced as {type(e.value).__name__} after {took:.1f}s: {e.value}')
+    r.close()
+
+
+def test_push_rejects_mismatched_params(ckpt, engine):
+    from tunix_agentic.models import ModelConfig, Qwen2
+    other = Qwen2(ModelConfig.tiny(vocab_size=64), rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match='shape'): engine.update_params(other)
+    with pytest.raises(TypeError): engine.update_params({'w': 1})
