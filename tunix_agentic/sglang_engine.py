@@ -256,11 +256,21 @@ def _attach(self: SglangJaxRollout):
                           f'{len(self.runner.model_state_leaves)} model_state_leaves')
     sched.model_config.hf_eos_token_id = None
 
-# %% ../nbs/09a_sglang.ipynb #df027f6d
+# %% ../nbs/09a_sglang.ipynb #8f41dbb5
 def _sg_params(sp: SamplingParams, seed: int) -> dict:
     return dict(temperature=sp.temperature, top_k=sp.top_k or -1, top_p=sp.top_p,
                 max_new_tokens=sp.max_new_tokens, stop_token_ids=list(sp.stop_token_ids) or None,
                 sampling_seed=seed)
+
+def _ids_and_logprobs(r: dict) -> tuple[list[int], list[float]]:
+    "Output ids and their logprobs, aligned by the token ids the logprob entries carry."
+    toks = list(map(int, r['output_ids']))
+    lp = r['meta_info'].get('output_token_logprobs') or []
+    if len(lp) > len(toks): lp = lp[len(lp) - len(toks):]   # see the note above
+    if [int(x[1]) for x in lp] != toks:
+        raise EngineError(f'logprob entries do not match the {len(toks)} output ids '
+                          f'(first ids {toks[:5]}, logprob ids {[x[1] for x in lp][:5]})')
+    return toks, [float(x[0]) for x in lp]
 
 def _finish(meta: dict) -> str:
     t = (meta.get('finish_reason') or {}).get('type')
@@ -282,13 +292,7 @@ def _generate(self: SglangJaxRollout, prompts: list[list[int]],
     res = self._call(lambda: self.engine.generate(input_ids=ids, sampling_params=sps,
                                                   return_logprob=True),
                      self.config.timeout_s, f'generate({len(ids)} prompts)')
-    outs = []
-    for r in res:
-        lps = [float(x[0]) for x in r['meta_info'].get('output_token_logprobs') or []]
-        toks = list(map(int, r['output_ids']))
-        if len(lps) != len(toks): raise EngineError(f'{len(toks)} output ids, {len(lps)} logprobs')
-        outs.append(GenerateOutput(toks, lps, _finish(r['meta_info'])))
-    return outs
+    return [GenerateOutput(*_ids_and_logprobs(r), _finish(r['meta_info'])) for r in res]
 
 # %% ../nbs/09a_sglang.ipynb #aaed2314
 @patch
