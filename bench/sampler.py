@@ -36,8 +36,8 @@ def main():
     a = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     model, cfg, tok = load_default()
-    qs = ['What is 2+3?', 'Hi', 'Add 17 and 25.', 'Tell me a story.', 'x', 'Multiply 6 by 7 please.',
-          'What is the capital of France?', 'Compute 12 - 5.']
+    qs = ['What is 2+3?', 'Hi', 'Add 17 and 25.', 'Tell me a story.', 'x',
+          'Multiply 6 by 7 please.', 'What is the capital of France?', 'Compute 12 - 5.']
     prompts = [tok.apply_chat_template([{'role': 'user', 'content': qs[i % len(qs)]}],
                                        add_generation_prompt=True) for i in range(a.batch)]
     sp = SamplingParams(temperature=0.0, max_new_tokens=a.new)

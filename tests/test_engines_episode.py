@@ -40,7 +40,8 @@ def collect(rollout, tok):
 
 def teach(model, ids, mask, steps=300):
     "Teacher-force `model` on the mask-1 tokens of one sequence until greedy reproduces them."
-    x = jnp.asarray([ids[:-1]]); y = jnp.asarray([ids[1:]]); w = jnp.asarray([mask[1:]], jnp.float32)
+    x, y = jnp.asarray([ids[:-1]]), jnp.asarray([ids[1:]])
+    w = jnp.asarray([mask[1:]], jnp.float32)
     opt = nnx.Optimizer(model, optax.adam(3e-3), wrt=nnx.Param)
 
     @nnx.jit

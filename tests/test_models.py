@@ -39,7 +39,8 @@ def np_forward(sd: dict, hf: dict, tokens: np.ndarray) -> np.ndarray:
         k = lin(h, p + 'self_attn.k_proj').reshape(T, K, hd)
         v = lin(h, p + 'self_attn.v_proj').reshape(T, K, hd)
         if qwen3:
-            q, k = norm(q, w[p + 'self_attn.q_norm.weight']), norm(k, w[p + 'self_attn.k_norm.weight'])
+            q = norm(q, w[p + 'self_attn.q_norm.weight'])
+            k = norm(k, w[p + 'self_attn.k_norm.weight'])
         q, k = rot(q), rot(k)
         k, v = np.repeat(k, H // K, axis=1), np.repeat(v, H // K, axis=1)
         s = np.einsum('thd,shd->hts', q, k) / np.sqrt(hd)
@@ -136,9 +137,9 @@ def test_sharded_roundtrip_and_bf16(tmp_path):
     assert np.abs(np.asarray(lb) - np.asarray(model(toks))).max() < 0.1
     # bf16 round-trip is exact
     save_hf(mb, cb, tmp_path / 'bf2')
+    bf2 = hf_state_dict(load_hf(tmp_path / 'bf2')[0])
     assert all(np.array_equal(np.asarray(hf_state_dict(mb)[k], np.float32),
-                              np.asarray(hf_state_dict(load_hf(tmp_path / 'bf2')[0])[k], np.float32))
-               for k in a)
+                              np.asarray(bf2[k], np.float32)) for k in a)
 
 
 def test_config_errors():

@@ -71,12 +71,14 @@ def test_stops_seeds_and_topk1(setup):
     assert out[0].token_ids == base[0].token_ids[:first + 1] and out[0].finish_reason == 'stop'
     assert out[1].token_ids == base[1].token_ids  # the other row is unaffected
     # top_k=1 at temperature 1 samples the argmax
-    k1 = s.generate(prompts[:1], SamplingParams(temperature=1.0, top_k=1, max_new_tokens=12, seed=3))
+    k1 = s.generate(prompts[:1],
+                    SamplingParams(temperature=1.0, top_k=1, max_new_tokens=12, seed=3))
     assert k1[0].token_ids == base[0].token_ids
     # same seed -> same sample whatever the batch; different seeds -> different samples
     hot = SamplingParams(temperature=1.0, max_new_tokens=16, seed=11)
     a = s.generate([prompts[0]], hot)[0].token_ids
-    b = s.generate([prompts[2], prompts[0], prompts[1]], [hot.replace(seed=5), hot, hot])[1].token_ids
+    b = s.generate([prompts[2], prompts[0], prompts[1]],
+                   [hot.replace(seed=5), hot, hot])[1].token_ids
     assert a == b
     group = s.generate([prompts[0]] * 4, [hot.replace(seed=i) for i in range(4)])
     assert len({tuple(o.token_ids) for o in group}) > 1

@@ -84,7 +84,7 @@ def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_
     _, _, _, _, out_t, out_l, length, stopped, _ = jax.lax.while_loop(cond, body, c)
     return out_t, out_l, length, stopped
 
-# %% ../nbs/09_sampler.ipynb #c982339c
+# %% ../nbs/09_sampler.ipynb #925162c8
 def _bucket(n: int, lo: int) -> int: return max(lo, 1 << max(n - 1, 0).bit_length())
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +97,8 @@ class SamplerConfig:
     stop_bucket: int = 8          # stop ids per row (padded; more are allowed, in powers of two)
     seed: int = 0                 # seeds requests that carry none
     def __post_init__(self):
-        for f in ('max_batch', 'min_batch_bucket', 'min_prompt_bucket', 'min_gen_bucket', 'stop_bucket'):
+        for f in ('max_batch', 'min_batch_bucket', 'min_prompt_bucket', 'min_gen_bucket',
+                  'stop_bucket'):
             v = getattr(self, f)
             if v < 1 or v & (v - 1):
                 raise ValueError(f'SamplerConfig.{f}={v}; expected a power of two >= 1')
@@ -105,7 +106,7 @@ class SamplerConfig:
     def tiny(cls) -> SamplerConfig:
         return cls(max_batch=8, min_batch_bucket=2, min_prompt_bucket=16, min_gen_bucket=16)
 
-# %% ../nbs/09_sampler.ipynb #75e6afe4
+# %% ../nbs/09_sampler.ipynb #b6a3870b
 class JaxSampler(BaseRollout):
     "Vanilla JAX rollout engine over a shared NNX model."
     def __init__(self, model: Qwen2, # the learner's model (held, not copied)
@@ -121,7 +122,8 @@ class JaxSampler(BaseRollout):
         self.last_stats: dict = {}
 
     def generate(self, prompts: list[list[int]],
-                 params: list[SamplingParams] | SamplingParams | None = None) -> list[GenerateOutput]:
+                 params: list[SamplingParams] | SamplingParams | None = None,
+                 ) -> list[GenerateOutput]:
         "Sample a continuation of each prompt (token ids in, `GenerateOutput`s out)."
         params = as_params_list(params, len(prompts))
         t0, outs, mb = time.perf_counter(), [], self.config.max_batch
@@ -149,13 +151,15 @@ def _params(self: JaxSampler):
     graphdef, state = nnx.split(self.model)
     return graphdef, (state if self._state is None else self._state)
 
-# %% ../nbs/09_sampler.ipynb #79d27ba1
+# %% ../nbs/09_sampler.ipynb #b07b4380
 @patch
 def _run_batch(self: JaxSampler, prompts: list[list[int]], params: list[SamplingParams]):
     c, n = self.config, len(prompts)
-    if any(len(p) == 0 for p in prompts): raise ValueError('generate: empty prompt; expected >= 1 id')
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError('generate: empty prompt; expected >= 1 id')
     bad = [t for p in prompts for t in p if not 0 <= t < self.cfg.vocab_size]
-    if bad: raise ValueError(f'generate: token id {bad[0]} outside vocab [0, {self.cfg.vocab_size})')
+    if bad:
+        raise ValueError(f'generate: token id {bad[0]} outside vocab [0, {self.cfg.vocab_size})')
     b = min(_bucket(n, c.min_batch_bucket), c.max_batch)
     p = _bucket(max(map(len, prompts)), c.min_prompt_bucket)
     g = _bucket(max(sp.max_new_tokens for sp in params), c.min_gen_bucket)

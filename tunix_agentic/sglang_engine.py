@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 __all__ = ['log', 'ENGINE_CRASHES', 'SglangConfig', 'EngineError', 'EngineTimeoutError', 'EngineCaller', 'sglang_name',
            'leaves_for_push', 'SglangJaxRollout']
 
-# %% ../nbs/09a_sglang.ipynb #fc81c799
+# %% ../nbs/09a_sglang.ipynb #8ab0ec07
 @dataclass(frozen=True, kw_only=True)
 class SglangConfig:
     "Engine arguments and call limits for `SglangJaxRollout`."
@@ -72,7 +72,8 @@ class SglangConfig:
     @classmethod
     def tpu(cls, tp_size: int = 1, **kw) -> SglangConfig:
         "A TPU starting point: flash attention, bf16, precompiled paddings (not run here)."
-        return cls(**{**dict(device='tpu', attention_backend='fa', dtype='bfloat16', tp_size=tp_size,
+        return cls(**{**dict(device='tpu', attention_backend='fa', dtype='bfloat16',
+            tp_size=tp_size,
             device_indexes=tuple(range(tp_size)), context_length=4096, max_total_tokens=262144,
             max_running_requests=256, max_prefill_tokens=16384, chunked_prefill_size=4096,
             mem_fraction_static=0.4, page_size=64, disable_precompile=False,
@@ -92,7 +93,7 @@ class SglangConfig:
         if self.token_paddings: kw['precompile_token_paddings'] = list(self.token_paddings)
         return {**kw, **dict(self.extra)}
 
-# %% ../nbs/09a_sglang.ipynb #ffe6552a
+# %% ../nbs/09a_sglang.ipynb #ff2c603a
 class EngineError(RuntimeError):
     "The sglang-jax engine failed, or was found broken by an earlier failure."
 
@@ -116,7 +117,8 @@ class EngineCaller:
             except BaseException as e: fut.set_exception(e)
 
     def __call__(self, fn: Callable, timeout_s: float, what: str):
-        if self.broken: raise EngineError(f'{self.name} is broken ({self.broken}); start a new engine')
+        if self.broken:
+            raise EngineError(f'{self.name} is broken ({self.broken}); start a new engine')
         fut, crashes = concurrent.futures.Future(), ENGINE_CRASHES[0]
         t_end = time.monotonic() + timeout_s
         self._q.put((fn, fut))
@@ -131,8 +133,9 @@ class EngineCaller:
             if time.monotonic() >= t_end:
                 fut.cancel()
                 self.broken = f'{what} timed out after {timeout_s:g}s'
-                raise EngineTimeoutError(f'{what} did not finish within {timeout_s:g}s (an error inside '
-                                         f'sglang-jax hangs its calls); {self.name} is now unusable')
+                raise EngineTimeoutError(
+                    f'{what} did not finish within {timeout_s:g}s (an error inside sglang-jax '
+                    f'hangs its calls); {self.name} is now unusable')
 
     def close(self): self._q.put(None)
 
@@ -148,7 +151,7 @@ def _keystr(path) -> str:
     parts = [str(getattr(k, 'key', getattr(k, 'name', getattr(k, 'idx', k)))) for k in path]
     return '.'.join(parts[:-1] if parts and parts[-1] == 'value' else parts)
 
-# %% ../nbs/09a_sglang.ipynb #b0f9963b
+# %% ../nbs/09a_sglang.ipynb #f3d44043
 def leaves_for_push(params: nnx.Module | nnx.State, names: list[str], old_leaves: list) -> list:
     "New engine leaves (same order, shapes, dtypes, shardings as `old_leaves`) from our params."
     state = nnx.state(params, nnx.Param) if isinstance(params, nnx.Module) else params
@@ -165,11 +168,12 @@ def leaves_for_push(params: nnx.Module | nnx.State, names: list[str], old_leaves
         a, tr = ours[n]
         a = a.T if tr else a
         if a.shape != old.shape:
-            raise ValueError(f'weight push: {n} has shape {a.shape}; the engine expects {old.shape}')
+            raise ValueError(f'weight push: {n} has shape {a.shape}; '
+                             f'the engine expects {old.shape}')
         new.append(jax.device_put(a.astype(old.dtype), old.sharding))
     return new
 
-# %% ../nbs/09a_sglang.ipynb #724b46b7
+# %% ../nbs/09a_sglang.ipynb #a3003c50
 class _NoSignalHandlers:
     "The `signal` module, except that `signal.signal` installs nothing (for sgl_jax's engine)."
     def __getattr__(self, name): return getattr(signal, name)
@@ -207,7 +211,7 @@ class _PsutilNoQuit:
     def Process(*a, **kw): return _ProcessNoQuit(psutil.Process(*a, **kw))
 
 def _quiet_engine_signals():
-    "Keep sgl_jax's Engine from installing signal handlers, dying on a captured stderr, or SIGQUITting."
+    "Keep sgl_jax's Engine from setting signal handlers, dying on a captured stderr, SIGQUITting."
     import sgl_jax.srt.entrypoints.engine as m
     import sgl_jax.srt.managers.scheduler as sch
     if not isinstance(m.signal, _NoSignalHandlers): m.signal = _NoSignalHandlers()
@@ -217,7 +221,7 @@ def _quiet_engine_signals():
         m = importlib.import_module(f'sgl_jax.srt.managers.{mod}')
         if not isinstance(getattr(m, 'psutil', None), _PsutilNoQuit): m.psutil = _PsutilNoQuit()
 
-# %% ../nbs/09a_sglang.ipynb #5ed6b9b2
+# %% ../nbs/09a_sglang.ipynb #628e0add
 class SglangJaxRollout(BaseRollout):
     "sglang-jax Engine in-process as a `BaseRollout`, with weight hot-swap."
     def __init__(self, model_dir: str | os.PathLike, # HF checkpoint dir (config.json, safetensors)
@@ -229,8 +233,8 @@ class SglangJaxRollout(BaseRollout):
         self._rng, self._call = np.random.default_rng(seed), EngineCaller()
         plat = os.environ.get('JAX_PLATFORMS')
         if engine_factory is None and plat and plat.split(',')[0] != self.config.device:
-            raise ValueError(f'SglangConfig.device={self.config.device!r} but JAX_PLATFORMS={plat!r}; '
-                             'sglang-jax needs them equal')
+            raise ValueError(f'SglangConfig.device={self.config.device!r} but '
+                             f'JAX_PLATFORMS={plat!r}; sglang-jax needs them equal')
         if engine_factory is None:
             from sgl_jax.srt.entrypoints.engine import Engine as engine_factory
             _quiet_engine_signals()
@@ -240,7 +244,8 @@ class SglangJaxRollout(BaseRollout):
         self._call(self._attach, self.config.timeout_s, 'attach to the model runner')
 
     def generate(self, prompts: list[list[int]],
-                 params: list[SamplingParams] | SamplingParams | None = None) -> list[GenerateOutput]:
+                 params: list[SamplingParams] | SamplingParams | None = None,
+                 ) -> list[GenerateOutput]:
         "Sample a continuation of each prompt through the engine (under the call timeout)."
         return self._generate(prompts, params)
 
