@@ -106,6 +106,17 @@ def test_shares_params_no_copy_and_update(setup):
     s.update_params(old)
     assert s.generate(prompts[:1], g)[0].token_ids == before
     with pytest.raises(TypeError, match='nnx.Module or nnx.State'): s.update_params({'a': 1})
+    # a pushed State is pinned: in-place updates of the model (an optimizer step) do not leak in,
+    # while a sampler given the module itself sees them at once
+    live = JaxSampler(model, config=CFG)
+    s.update_params(nnx.state(model))
+    saved = jax.tree.map(lambda a: a, nnx.state(model))
+    nnx.update(model, jax.tree.map(lambda x: x * 1.5, nnx.state(model)))
+    try:
+        assert s.generate(prompts[:1], g)[0].token_ids == before
+        assert live.generate(prompts[:1], g)[0].token_ids == after
+    finally:
+        nnx.update(model, saved)
 
 
 @pytest.mark.timeout(300)
