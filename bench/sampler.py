@@ -2,7 +2,8 @@
 vanilla decode loop vs bare jitted forward steps of the same shapes.
 
 Run: JAX_PLATFORMS=cpu .venv/bin/python bench/sampler.py [--reps 5] [--batch 8] [--new 64]
-Greedy, no stop ids (every row decodes exactly --new tokens), f32, default tiny checkpoint,
+Greedy (and T=1 sampling with per-row seeds), no stop ids (every row decodes exactly --new
+tokens), f32, default tiny checkpoint,
 timings after a warm-up call (compiles excluded), median over --reps. The last line states the
 figures.
 """
@@ -50,6 +51,8 @@ def main():
     assert all(len(o.token_ids) == a.new for o in out_v)
     t_van = timed(lambda: vs.generate(prompts, sp), a.reps)
     t_van1 = timed(lambda: vs.generate(prompts, sp.replace(max_new_tokens=1)), a.reps)
+    hot = [sp.replace(temperature=1.0, seed=i) for i in range(a.batch)]   # RL-style sampling
+    t_van_hot = timed(lambda: vs.generate(prompts, hot), a.reps)
 
     # 2. bare jitted forward steps of the decode shapes: [batch, 1] tokens on a cache of P+G slots
     graphdef, state = nnx.split(model)
@@ -75,6 +78,7 @@ def main():
     out_s = sg.generate(prompts, sp)
     same = sum(o.token_ids == p.token_ids for o, p in zip(out_s, out_v))
     t_sg = timed(lambda: sg.generate(prompts, sp), a.reps)
+    t_sg_hot = timed(lambda: sg.generate(prompts, hot), a.reps)
     sg.close()
 
     van_tps, sg_tps = n_tok / t_van, n_tok / t_sg
@@ -86,14 +90,17 @@ def main():
     print(f'{"engine":<28}{"seconds":>10}{"tokens/s":>12}')
     print(f'{"vanilla JaxSampler":<28}{t_van:>10.3f}{van_tps:>12.0f}')
     print(f'{"sglang-jax Engine":<28}{t_sg:>10.3f}{sg_tps:>12.0f}')
+    print(f'{"vanilla, T=1 sampling":<28}{t_van_hot:>10.3f}{n_tok / t_van_hot:>12.0f}')
+    print(f'{"sglang-jax, T=1 sampling":<28}{t_sg_hot:>10.3f}{n_tok / t_sg_hot:>12.0f}')
     print(f'greedy outputs identical in {same}/{a.batch} rows')
     print(f'{"decode step":<28}{"ms/step":>10}')
     print(f'{"vanilla while_loop":<28}{loop_step * 1e3:>10.3f}   (generate(64) - generate(1)) / 63')
     print(f'{"bare jitted forward":<28}{bare_step * 1e3:>10.3f}   63 python-dispatched steps')
-    print(f'RESULT vanilla {van_tps:.0f} tok/s vs sglang-jax {sg_tps:.0f} tok/s: ratio '
-          f'{van_tps / sg_tps:.2f}x; vanilla decode loop {loop_step * 1e3:.2f} ms/step vs bare '
-          f'jitted forward {bare_step * 1e3:.2f} ms/step (ratio {loop_step / bare_step:.2f}); '
-          f'batch {a.batch}, {a.new} new tokens, CPU')
+    print(f'RESULT greedy: vanilla {van_tps:.0f} tok/s vs sglang-jax {sg_tps:.0f} tok/s, ratio '
+          f'{van_tps / sg_tps:.2f}x; T=1 sampling: {n_tok / t_van_hot:.0f} vs '
+          f'{n_tok / t_sg_hot:.0f} tok/s, ratio {t_sg_hot / t_van_hot:.2f}x; vanilla decode loop '
+          f'{loop_step * 1e3:.2f} ms/step vs bare jitted forward {bare_step * 1e3:.2f} ms/step '
+          f'(ratio {loop_step / bare_step:.2f}); batch {a.batch}, {a.new} new tokens, CPU')
 
 
 if __name__ == '__main__':

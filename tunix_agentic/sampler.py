@@ -22,7 +22,7 @@ _log = logging.getLogger(__name__)
 # %% auto #0
 __all__ = ['sample_step', 'generate_tokens', 'SamplerConfig', 'JaxSampler']
 
-# %% ../nbs/09_sampler.ipynb #262b2167
+# %% ../nbs/09_sampler.ipynb #849c54b9
 def _filter_logits(x_bv, top_k_b, top_p_b):
     "Mask logits outside each row's top-k (0 = off) and top-p nucleus (1.0 = off) to -inf."
     srt = -jnp.sort(-x_bv, axis=-1)
@@ -35,21 +35,23 @@ def _filter_logits(x_bv, top_k_b, top_p_b):
     pth = jnp.take_along_axis(srt, (n_keep - 1)[:, None], axis=-1)
     return jnp.where((x_bv >= kth) & (x_bv >= pth), x_bv, -jnp.inf)
 
-def sample_step(logits_bv, keys_b, temp_b, top_k_b, top_p_b, use_filter: bool = True):
+def sample_step(logits_bv, keys_b, temp_b, top_k_b, top_p_b, use_filter: bool = True,
+                all_greedy: bool = False):
     "Sample one token per row; returns `(tokens_b, logprobs_b)` (logprobs before filtering)."
     x = logits_bv.astype(jnp.float32)
     greedy = temp_b <= 0
     x = x / jnp.where(greedy, 1.0, temp_b)[:, None]
     logp = jax.nn.log_softmax(x, axis=-1)
-    xf = _filter_logits(x, top_k_b, top_p_b) if use_filter else x
-    drawn = jax.vmap(jax.random.categorical)(keys_b, xf)
-    tok = jnp.where(greedy, jnp.argmax(x, -1), drawn).astype(jnp.int32)
+    tok = jnp.argmax(x, -1).astype(jnp.int32)
+    if not all_greedy:  # static: an all-greedy batch draws no random numbers
+        xf = _filter_logits(x, top_k_b, top_p_b) if use_filter else x
+        tok = jnp.where(greedy, tok, jax.vmap(jax.random.categorical)(keys_b, xf)).astype(jnp.int32)
     return tok, jnp.take_along_axis(logp, tok[:, None], -1)[:, 0]
 
-# %% ../nbs/09_sampler.ipynb #4e5fa1e6
-@partial(jax.jit, static_argnames=('graphdef', 'max_new', 'use_filter'))
+# %% ../nbs/09_sampler.ipynb #5197376d
+@partial(jax.jit, static_argnames=('graphdef', 'max_new', 'use_filter', 'all_greedy'))
 def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_b, max_new_b,
-                    stops_bk, keys_b, *, max_new: int, use_filter: bool):
+                    stops_bk, keys_b, *, max_new: int, use_filter: bool, all_greedy: bool = False):
     "Prefill plus KV-cache decode; returns `(tokens_bg, logprobs_bg, lengths_b, stopped_b)`."
     model = nnx.merge(graphdef, state)
     b, p = tokens_bp.shape
@@ -58,7 +60,8 @@ def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_
     plen_b = mask_bp.sum(1).astype(jnp.int32)
     logits, cache = model(tokens_bp, jnp.maximum(jnp.cumsum(mask_bp, 1) - 1, 0), cache, valid_bs)
     def step_keys(i): return jax.vmap(jax.random.fold_in, (0, None))(keys_b, i)
-    tok, lp = sample_step(logits[:, -1], step_keys(0), temp_b, top_k_b, top_p_b, use_filter)
+    sample = partial(sample_step, use_filter=use_filter, all_greedy=all_greedy)
+    tok, lp = sample(logits[:, -1], step_keys(0), temp_b, top_k_b, top_p_b)
     is_stop = lambda t: jnp.any(t[:, None] == stops_bk, -1)
     out_t = jnp.zeros((b, max_new), jnp.int32).at[:, 0].set(tok)
     out_l = jnp.zeros((b, max_new), jnp.float32).at[:, 0].set(lp)
@@ -71,7 +74,7 @@ def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_
         i, cache, valid, last, out_t, out_l, length, stopped, done = c
         valid = jax.lax.dynamic_update_slice_in_dim(valid, jnp.ones((b, 1), bool), p + i - 1, 1)
         logits, cache = model(last[:, None], (plen_b + i - 1)[:, None], cache, valid)
-        tok, lp = sample_step(logits[:, 0], step_keys(i), temp_b, top_k_b, top_p_b, use_filter)
+        tok, lp = sample(logits[:, 0], step_keys(i), temp_b, top_k_b, top_p_b)
         tok = jnp.where(done, 0, tok)
         out_t = jax.lax.dynamic_update_slice_in_dim(out_t, tok[:, None], i, 1)
         out_l = jax.lax.dynamic_update_slice_in_dim(out_l, jnp.where(done, 0., lp)[:, None], i, 1)
@@ -106,7 +109,7 @@ class SamplerConfig:
     def tiny(cls) -> SamplerConfig:
         return cls(max_batch=8, min_batch_bucket=2, min_prompt_bucket=16, min_gen_bucket=16)
 
-# %% ../nbs/09_sampler.ipynb #b6a3870b
+# %% ../nbs/09_sampler.ipynb #ff117bd5
 class JaxSampler(BaseRollout):
     "Vanilla JAX rollout engine over a shared NNX model."
     def __init__(self, model: Qwen2, # the learner's model (held, not copied)
@@ -118,7 +121,7 @@ class JaxSampler(BaseRollout):
         self.max_batch_size = self.config.max_batch
         self.model, self._state = model, None
         self._rng = np.random.default_rng(self.config.seed)
-        self.shapes_seen: set[tuple] = set()   # (batch, prompt, gen, stops, filter) buckets run
+        self.shapes_seen: set[tuple] = set()   # (batch, prompt, gen, stops, filter, greedy) run
         self.last_stats: dict = {}
 
     def generate(self, prompts: list[list[int]],
@@ -151,7 +154,7 @@ def _params(self: JaxSampler):
     graphdef, state = nnx.split(self.model)
     return graphdef, (state if self._state is None else self._state)
 
-# %% ../nbs/09_sampler.ipynb #b07b4380
+# %% ../nbs/09_sampler.ipynb #862d8b70
 @patch
 def _run_batch(self: JaxSampler, prompts: list[list[int]], params: list[SamplingParams]):
     c, n = self.config, len(prompts)
@@ -176,13 +179,14 @@ def _run_batch(self: JaxSampler, prompts: list[list[int]], params: list[Sampling
     keys = jnp.stack([jax.random.key_data(jax.random.key(s)) for s in seeds])
     keys = jax.random.wrap_key_data(keys)
     use_filter = any(sp.temperature > 0 and (sp.top_k > 0 or sp.top_p < 1) for sp in ps)
+    all_greedy = all(sp.temperature <= 0 for sp in ps)
     arr = lambda f, dt: jnp.asarray(np.array([f(sp) for sp in ps], dt))
-    self.shapes_seen.add((b, p, g, k, use_filter))
+    self.shapes_seen.add((b, p, g, k, use_filter, all_greedy))
     graphdef, state = self._params()
     out = generate_tokens(graphdef, state, jnp.asarray(toks), jnp.asarray(mask),
         arr(lambda s: s.temperature, np.float32), arr(lambda s: s.top_k, np.int32),
         arr(lambda s: s.top_p, np.float32), arr(lambda s: s.max_new_tokens, np.int32),
-        jnp.asarray(stops), keys, max_new=g, use_filter=use_filter)
+        jnp.asarray(stops), keys, max_new=g, use_filter=use_filter, all_greedy=all_greedy)
     out_t, out_l, length, stopped = jax.device_get(out)
     return [GenerateOutput(out_t[i, :length[i]].tolist(), out_l[i, :length[i]].tolist(),
                            'stop' if stopped[i] else 'length') for i in range(n)]
