@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['log', 'SYSTEM_PROMPT', 'make_task', 'make_splits', 'DemoAgent', 'demo_tools', 'demo_env', 'demo_turns',
-           'demonstration', 'DemoConfig', 'evaluate', 'sft_warm_start', 'plot_demo', 'run_demo', 'format_summary']
+           'demonstration', 'DemoConfig', 'evaluate', 'demo_pass_prob', 'sft_warm_start', 'plot_demo', 'run_demo',
+           'format_summary']
 
 # %% ../nbs/10d_demo.ipynb #1709e900
 def make_task(rng: random.Random) -> dict:
@@ -99,21 +100,23 @@ def demonstration(task: dict, tokenizer, *, noise: float = 0.0, rng: random.Rand
                       logprobs=list(enc.logprobs), prompt_len=enc.prompt_len, reward=1.0,
                       messages=list(enc.messages))
 
-# %% ../nbs/10d_demo.ipynb #005f6618
+# %% ../nbs/10d_demo.ipynb #a59d6a62
 @dataclass(frozen=True, kw_only=True)
 class DemoConfig:
     "Sizes and schedules of the demo."
     seed: int = 0
     n_train: int = 4000            # training problems (SFT demonstrations and RL prompts)
     n_heldout: int = 64            # held-out problems (evaluation only)
-    sft_steps: int = 300
-    sft_batch: int = 16
-    sft_lr: float = 5e-3
-    sft_noise: float = 0.1         # fraction of demonstrations with one wrong digit
-    rl_steps: int = 30
+    sft_steps: int = 500           # most SFT steps
+    sft_target: float = 0.2        # stop SFT once the validation pass probability reaches this
+    sft_eval_every: int = 25
+    sft_batch: int = 32
+    sft_lr: float = 3e-3
+    sft_noise: float = 0.0         # fraction of demonstrations with one wrong digit
+    rl_steps: int = 15
     tasks_per_step: int = 8        # problems per GRPO step
     group_size: int = 8            # episodes per problem
-    rl_lr: float = 1e-3
+    rl_lr: float = 1e-4            # 1e-3 collapsed the policy within a few steps (measured)
     temperature: float = 1.0       # sampling temperature of RL and of the evaluation
     max_turns: int = 4
     max_new_tokens: int = 48
@@ -132,6 +135,7 @@ class DemoConfig:
     def tiny(cls, **kw) -> DemoConfig:
         "Seconds-long smoke run of the whole pipeline."
         return cls(**{'n_train': 32, 'n_heldout': 4, 'sft_steps': 2, 'sft_batch': 4, 'rl_steps': 1,
+                      'sft_eval_every': 1,
                       'tasks_per_step': 2, 'group_size': 2, 'progress': False, **kw})
     def replace(self, **kw) -> DemoConfig:
         import dataclasses; return dataclasses.replace(self, **kw)
@@ -160,20 +164,32 @@ def evaluate(sampler, tok, tasks: list[dict], cfg: DemoConfig) -> tuple[dict, li
     trajs = run_coro(coll.collect_many(tasks, step=0))
     return rollout_metrics(trajs), trajs
 
-# %% ../nbs/10d_demo.ipynb #46ce49c5
-def sft_warm_start(trainer: Trainer, tok, tasks: list[dict], cfg: DemoConfig) -> list[float]:
-    "Supervised steps on demonstrations of `tasks`; returns the loss per step."
+# %% ../nbs/10d_demo.ipynb #ea561781
+def demo_pass_prob(trainer: Trainer, batch: dict) -> float:
+    "Mean probability that the policy samples each demonstration of `batch` exactly (at T=1)."
+    lp = trainer.logprobs(batch)
+    return float(np.exp((lp * batch['mask']).sum(1)).mean())
+
+def sft_warm_start(trainer: Trainer, tok, tasks: list[dict], cfg: DemoConfig) -> dict:
+    "Supervised steps on demonstrations of `tasks` until the validation pass probability reaches target."
     rng = random.Random(f'sft-{cfg.seed}')
     demos = [demonstration(t, tok, noise=cfg.sft_noise, rng=rng) for t in tasks]
-    order, losses = list(range(len(demos))), []
+    n_val = min(64, len(demos) // 4)
+    val, demos = trainer.batch_from(demos[:n_val], 'sft'), demos[n_val:]
+    order, losses, probs = list(range(len(demos))), [], []
     rng.shuffle(order)
     from tqdm.auto import tqdm
     bar = tqdm(range(cfg.sft_steps), desc='SFT warm start', disable=not cfg.progress)
     for s in bar:
         idx = [order[(s * cfg.sft_batch + i) % len(order)] for i in range(cfg.sft_batch)]
         m = trainer.update(trainer.batch_from([demos[i] for i in idx], 'sft'), 'sft')
-        losses.append(m['loss']); bar.set_postfix(loss=f"{m['loss']:.3f}")
-    return losses
+        losses.append(m['loss'])
+        if (s + 1) % cfg.sft_eval_every == 0:
+            probs.append((s + 1, demo_pass_prob(trainer, val)))
+            bar.set_postfix(loss=f"{m['loss']:.3f}", val_pass=f'{probs[-1][1]:.2f}')
+            if probs[-1][1] >= cfg.sft_target: break
+    bar.close()
+    return {'losses': losses, 'val_pass_prob': probs, 'steps': len(losses)}
 
 # %% ../nbs/10d_demo.ipynb #da0664e1
 def plot_demo(sft_losses: list[float], records: list[dict], before: float, after: float,
@@ -198,7 +214,7 @@ def plot_demo(sft_losses: list[float], records: list[dict], before: float, after
     fig.savefig(path, dpi=80); plt.close(fig)
     return path
 
-# %% ../nbs/10d_demo.ipynb #035baa81
+# %% ../nbs/10d_demo.ipynb #b928f667
 def run_demo(cfg: DemoConfig | None = None) -> dict:
     "SFT warm start, held-out eval, GRPO through the online loop, held-out eval; returns the summary."
     from flax import nnx
@@ -211,11 +227,14 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
     model, mcfg, tok = load_default()
     pad = tok.convert_tokens_to_ids('<|endoftext|>')
     buckets = (64, 128, 160, 192, 256, 512)
-    sft = Trainer(model, TrainerConfig(learning_rate=cfg.sft_lr, b2=0.95, warmup_steps=10,
+    sft = Trainer(model, TrainerConfig(learning_rate=cfg.sft_lr, warmup_steps=10,
                                        buckets=buckets, pad_id=pad))
     t = time.perf_counter()
-    sft_losses = sft_warm_start(sft, tok, train, cfg)
+    sft_log = sft_warm_start(sft, tok, train, cfg)
+    sft_losses = sft_log['losses']
     times['sft_s'] = time.perf_counter() - t
+    log.info('SFT: %d steps, validation pass probability %s', sft_log['steps'],
+             sft_log['val_pass_prob'][-1:] or 'not measured')
     rows = max(cfg.n_heldout, cfg.tasks_per_step * cfg.group_size)
     sampler = _sampler(sft.model, tok, rows)
     t = time.perf_counter()
@@ -223,7 +242,7 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
     times['eval_before_s'] = time.perf_counter() - t
     log.info('held-out success after SFT: %.1f%%', 100 * before['success'])
     rl = Trainer(sft.model, TrainerConfig(
-        learning_rate=cfg.rl_lr, b2=0.95, buckets=buckets, pad_id=pad, temperature=cfg.temperature,
+        learning_rate=cfg.rl_lr, buckets=buckets, pad_id=pad, temperature=cfg.temperature,
         loss=LossConfig(advantage='grpo', aggregation='token-mean')))
     loop = OnlineLoop(rl, _collector(sampler, tok, cfg, cfg.group_size, cfg.seed), train,
                       LoopConfig(steps=cfg.rl_steps, tasks_per_step=cfg.tasks_per_step, mode=cfg.mode,
@@ -246,6 +265,7 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
                'lift_points': 100 * (after['success'] - before['success']),
                'heldout_before': before, 'heldout_after': after,
                'sft_final_loss': sft_losses[-1] if sft_losses else None,
+               'sft_steps': sft_log['steps'], 'sft_val_pass_prob': sft_log['val_pass_prob'],
                'grpo_final_train_success': records[-1]['success'] if records else None,
                'times': times, 'config': asdict(cfg),
                'paths': {'output_dir': str(out), 'plot': str(plot), 'summary': str(out / 'summary.json'),
