@@ -87,16 +87,16 @@ def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_
     _, _, _, _, out_t, out_l, length, stopped, _ = jax.lax.while_loop(cond, body, c)
     return out_t, out_l, length, stopped
 
-# %% ../nbs/09_sampler.ipynb #925162c8
+# %% ../nbs/09_sampler.ipynb #96154b6f
 def _bucket(n: int, lo: int) -> int: return max(lo, 1 << max(n - 1, 0).bit_length())
 
 @dataclass(frozen=True, kw_only=True)
 class SamplerConfig:
     "Padding buckets and limits of the vanilla sampler."
     max_batch: int = 8            # rows per jitted call; larger requests are split
-    min_batch_bucket: int = 1     # smallest padded batch
-    min_prompt_bucket: int = 32   # smallest padded prompt length
-    min_gen_bucket: int = 16      # smallest padded decode budget
+    min_batch_bucket: int = 8     # smallest padded batch (capped at max_batch)
+    min_prompt_bucket: int = 64   # smallest padded prompt length
+    min_gen_bucket: int = 64      # smallest padded decode budget
     stop_bucket: int = 8          # stop ids per row (padded; more are allowed, in powers of two)
     seed: int = 0                 # seeds requests that carry none
     def __post_init__(self):
