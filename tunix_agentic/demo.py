@@ -214,7 +214,7 @@ def plot_demo(sft_losses: list[float], records: list[dict], before: float, after
     fig.savefig(path, dpi=80); plt.close(fig)
     return path
 
-# %% ../nbs/10d_demo.ipynb #b928f667
+# %% ../nbs/10d_demo.ipynb #2b5402e9
 def run_demo(cfg: DemoConfig | None = None) -> dict:
     "SFT warm start, held-out eval, GRPO through the online loop, held-out eval; returns the summary."
     from flax import nnx
@@ -239,6 +239,7 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
     sampler = _sampler(sft.model, tok, rows)
     t = time.perf_counter()
     before, trajs_before = evaluate(sampler, tok, held, cfg)
+    greedy_before, _ = evaluate(sampler, tok, held, cfg.replace(temperature=0.0))
     times['eval_before_s'] = time.perf_counter() - t
     log.info('held-out success after SFT: %.1f%%', 100 * before['success'])
     rl = Trainer(sft.model, TrainerConfig(
@@ -253,6 +254,7 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
     sampler.update_params(nnx.state(rl.model), rl.step)
     t = time.perf_counter()
     after, trajs_after = evaluate(sampler, tok, held, cfg)
+    greedy_after, _ = evaluate(sampler, tok, held, cfg.replace(temperature=0.0))
     times['eval_after_s'] = time.perf_counter() - t
     log.info('held-out success after GRPO: %.1f%%', 100 * after['success'])
     for name, trajs in (('heldout_before', trajs_before), ('heldout_after', trajs_after)):
@@ -263,6 +265,8 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
     summary = {'heldout_success_before_rl': before['success'],
                'heldout_success_after_rl': after['success'],
                'lift_points': 100 * (after['success'] - before['success']),
+               'heldout_greedy_success_before_rl': greedy_before['success'],
+               'heldout_greedy_success_after_rl': greedy_after['success'],
                'heldout_before': before, 'heldout_after': after,
                'sft_final_loss': sft_losses[-1] if sft_losses else None,
                'sft_steps': sft_log['steps'], 'sft_val_pass_prob': sft_log['val_pass_prob'],
@@ -280,7 +284,11 @@ def format_summary(s: dict) -> str:
     p = s['paths']
     return '\n'.join([
         f"held-out success: {s['heldout_success_before_rl']:.1%} after SFT -> "
-        f"{s['heldout_success_after_rl']:.1%} after GRPO ({s['lift_points']:+.1f} points)",
+        f"{s['heldout_success_after_rl']:.1%} after GRPO ({s['lift_points']:+.1f} points; "
+        f"sampled at T={s['config']['temperature']:g}, one episode per problem, "
+        f"{s['config']['n_heldout']} problems)",
+        f"greedy decoding: {s['heldout_greedy_success_before_rl']:.1%} -> "
+        f"{s['heldout_greedy_success_after_rl']:.1%}",
         f"wall time: {s['times']['total_s']:.0f} s (SFT {s['times']['sft_s']:.0f} s, "
         f"GRPO {s['times']['grpo_s']:.0f} s)",
         f"plot: {p['plot']}", f"GRPO metrics: {p['metrics']} ({p['metrics_plot']})",
