@@ -21,25 +21,36 @@ from .loop import OnlineLoop, LoopConfig, rollout_metrics
 log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['log', 'SYSTEM_PROMPT', 'make_task', 'make_splits', 'DemoAgent', 'demo_tools', 'demo_env', 'demo_turns',
+__all__ = ['log', 'TASK_KINDS', 'SYSTEM_PROMPT', 'make_task', 'make_splits', 'DemoAgent', 'demo_tools', 'demo_env', 'demo_turns',
            'demonstration', 'DemoConfig', 'evaluate', 'demo_pass_prob', 'sft_warm_start', 'plot_demo', 'run_demo',
            'format_summary']
 
-# %% ../nbs/10d_demo.ipynb #1709e900
-def make_task(rng: random.Random) -> dict:
-    "One `(a * b) + c` problem with its answer and the calls that solve it."
-    while True:
-        a, b, c = rng.randint(100, 999), rng.randint(11, 99), rng.randint(100, 999)
-        if a * b >= 10_000 and a * b + c < 100_000: break
-    return {'question': f'What is {a} * {b} + {c}?', 'answer': str(a * b + c), 'a': a, 'b': b, 'c': c}
+# %% ../nbs/10d_demo.ipynb #68a89f06
+TASK_KINDS = ('mul_add', 'add_mul')
 
-def make_splits(seed: int, n_train: int, n_heldout: int) -> tuple[list[dict], list[dict]]:
+def make_task(rng: random.Random, kind: str = 'add_mul') -> dict:
+    "One problem — `a * b + c` ('mul_add') or `(a + b) * c` ('add_mul') — with its answer."
+    if kind == 'mul_add':
+        while True:
+            a, b, c = rng.randint(100, 999), rng.randint(11, 99), rng.randint(100, 999)
+            if a * b >= 10_000 and a * b + c < 100_000: break
+        q, ans = f'What is {a} * {b} + {c}?', a * b + c
+    elif kind == 'add_mul':
+        while True:
+            a, b, c = rng.randint(100, 899), rng.randint(100, 899), rng.randint(11, 99)
+            if a + b < 1000 and 10_000 <= (a + b) * c < 100_000: break
+        q, ans = f'What is ({a} + {b}) * {c}?', (a + b) * c
+    else: raise ValueError(f'task kind {kind!r} unknown; expected one of {TASK_KINDS}')
+    return {'question': q, 'answer': str(ans), 'a': a, 'b': b, 'c': c, 'kind': kind}
+
+def make_splits(seed: int, n_train: int, n_heldout: int,
+                kind: str = 'add_mul') -> tuple[list[dict], list[dict]]:
     "Disjoint train and held-out problem lists, both deterministic in `seed`."
-    held = [make_task(random.Random(f'heldout-{seed}-{i}')) for i in range(n_heldout)]
+    held = [make_task(random.Random(f'heldout-{seed}-{i}'), kind) for i in range(n_heldout)]
     seen = {t['question'] for t in held}
     rng, train = random.Random(f'train-{seed}'), []
     while len(train) < n_train:
-        t = make_task(rng)
+        t = make_task(rng, kind)
         if t['question'] not in seen: train.append(t)
     return train, held
 
@@ -61,15 +72,17 @@ def demo_env(task: dict, max_turns: int = 4) -> ToolEnvironment:
     "The environment of one problem."
     return ToolEnvironment(task, tools=demo_tools(), reward_fn='gsm8k', max_steps=max_turns)
 
-# %% ../nbs/10d_demo.ipynb #99eb3b1e
+# %% ../nbs/10d_demo.ipynb #bc25d576
 def _call(name: str, a: int, b: int) -> str:
     return '<tool_call>\n' + json.dumps({'name': name, 'arguments': {'a': a, 'b': b}}) + '\n</tool_call>'
 
 def demo_turns(task: dict) -> list[str]:
     "The three assistant turns that solve `task`."
-    p = task['a'] * task['b']
-    return [_call('multiply', task['a'], task['b']), _call('add', p, task['c']),
-            f"The answer is {task['answer']}."]
+    a, b, c = task['a'], task['b'], task['c']
+    if task.get('kind', 'mul_add') == 'mul_add':
+        calls = [_call('multiply', a, b), _call('add', a * b, c)]
+    else: calls = [_call('add', a, b), _call('multiply', a + b, c)]
+    return calls + [f"The answer is {task['answer']}."]
 
 def _corrupt(text: str, rng: random.Random) -> str:
     "Replace one digit of `text` by a different digit."
@@ -100,16 +113,17 @@ def demonstration(task: dict, tokenizer, *, noise: float = 0.0, rng: random.Rand
                       logprobs=list(enc.logprobs), prompt_len=enc.prompt_len, reward=1.0,
                       messages=list(enc.messages))
 
-# %% ../nbs/10d_demo.ipynb #a59d6a62
+# %% ../nbs/10d_demo.ipynb #1ee1714e
 @dataclass(frozen=True, kw_only=True)
 class DemoConfig:
     "Sizes and schedules of the demo."
     seed: int = 0
+    task: str = 'add_mul'          # 'add_mul': (a + b) * c ; 'mul_add': a * b + c
     n_train: int = 4000            # training problems (SFT demonstrations and RL prompts)
     n_heldout: int = 64            # held-out problems (evaluation only)
     sft_steps: int = 500           # most SFT steps
     sft_target: float = 0.2        # stop SFT once the validation pass probability reaches this
-    sft_eval_every: int = 25
+    sft_eval_every: int = 10
     sft_batch: int = 32
     sft_lr: float = 3e-3
     sft_noise: float = 0.0         # fraction of demonstrations with one wrong digit
@@ -214,7 +228,7 @@ def plot_demo(sft_losses: list[float], records: list[dict], before: float, after
     fig.savefig(path, dpi=80); plt.close(fig)
     return path
 
-# %% ../nbs/10d_demo.ipynb #2b5402e9
+# %% ../nbs/10d_demo.ipynb #fcb06166
 def run_demo(cfg: DemoConfig | None = None) -> dict:
     "SFT warm start, held-out eval, GRPO through the online loop, held-out eval; returns the summary."
     from flax import nnx
@@ -223,7 +237,7 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
     cfg = cfg or DemoConfig.cpu()
     t0, times = time.perf_counter(), {}
     out = Path(cfg.output_dir); out.mkdir(parents=True, exist_ok=True)
-    train, held = make_splits(cfg.seed, cfg.n_train, cfg.n_heldout)
+    train, held = make_splits(cfg.seed, cfg.n_train, cfg.n_heldout, cfg.task)
     model, mcfg, tok = load_default()
     pad = tok.convert_tokens_to_ids('<|endoftext|>')
     buckets = (64, 128, 160, 192, 256, 512)
