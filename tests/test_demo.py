@@ -5,8 +5,9 @@ from tunix_agentic.demo import (run_demo, DemoConfig, make_splits, demonstration
 from tunix_agentic.tokenizer import build_tiny_tokenizer
 from tunix_agentic.parsers import get_tool_parser
 
-def test_splits_and_demonstrations():
-    train, held = make_splits(3, 500, 50)
+@pytest.mark.parametrize('kind', ['add_mul', 'mul_add'])
+def test_splits_and_demonstrations(kind):
+    train, held = make_splits(3, 500, 50, kind)
     assert not {t['question'] for t in train} & {t['question'] for t in held}
     tok = build_tiny_tokenizer()
     t = train[0]
@@ -15,8 +16,14 @@ def test_splits_and_demonstrations():
     resp = tok.decode([i for i, m in zip(d.input_ids, d.response_mask) if m])
     assert resp.count('<|im_end|>') == 3 and resp.count('<tool_call>') == 2
     calls = [get_tool_parser('qwen').parse(x).calls for x in demo_turns(t)[:2]]
-    assert [c[0].name for c in calls] == ['multiply', 'add']
-    assert calls[1][0].arguments == {'a': t['a'] * t['b'], 'b': t['c']}
+    a, b, c = t['a'], t['b'], t['c']
+    if kind == 'mul_add':
+        assert [x[0].name for x in calls] == ['multiply', 'add'] and int(t['answer']) == a * b + c
+        assert calls[1][0].arguments == {'a': a * b, 'b': c}
+    else:
+        assert [x[0].name for x in calls] == ['add', 'multiply'] and int(t['answer']) == (a + b) * c
+        assert calls[1][0].arguments == {'a': a + b, 'b': c}
+    assert all(len(x['answer']) == 5 for x in train + held)
     # noisy demonstrations differ in exactly one digit of one assistant turn
     n = demonstration(t, tok, noise=0.999, rng=random.Random(1))
     assert n.input_ids != d.input_ids and len(n.input_ids) == len(d.input_ids)

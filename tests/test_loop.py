@@ -33,6 +33,7 @@ def _loop(mode, out, **kw):
     tr = Trainer(Qwen2(MCFG, rngs=nnx.Rngs(0)), TrainerConfig.tiny(buckets=(1024,)))
     return OnlineLoop(tr, coll, TASKS, LoopConfig.tiny(mode=mode, output_dir=str(out), **kw))
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_sync_loop_runs(tmp_path):
     lp = _loop('sync', tmp_path, steps=3)
@@ -47,6 +48,7 @@ def test_sync_loop_runs(tmp_path):
     assert (tmp_path / 'metrics.png').stat().st_size > 1000
     assert len(load_step(tmp_path / 'rollouts', 2)) == 4
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize('bound', [0, 1])
 def test_async_loop_staleness_bound(tmp_path, bound):

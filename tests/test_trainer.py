@@ -23,6 +23,7 @@ def _cfg():
     return TrainerConfig.tiny(learning_rate=5e-3, micro_batches=2, warmup_steps=2,
                               loss=LossConfig(kl_coef=0.05, aggregation='seq-mean-token-mean'))
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_resume_equals_uninterrupted(tmp_path):
     batches = [make_batch(_trajs(s), buckets=(16,), row_multiple=2,
