@@ -75,17 +75,22 @@ def _cmd_episode(args) -> int:
     print('\n' + format_token_table(traj, tokenizer))
     return 0
 
-# %% ../nbs/12_cli.ipynb #dd9f0b94
+# %% ../nbs/12_cli.ipynb #45918501
 def _cmd_demo(args) -> int:
     "Run the CPU demo: SFT warm start, then GRPO with multi-turn tool use."
-    from tunix_agentic.demo import DemoConfig, run_demo
+    from tunix_agentic.demo import DemoConfig, run_demo, format_summary
     cfg = DemoConfig.tiny() if args.quick else DemoConfig.cpu()
     overrides = {k: v for k, v in [('output_dir', str(args.out) if args.out else None), ('seed', args.seed)] if v is not None}
     if overrides: cfg = cfg.replace(**overrides)
+    if not args.verbose:
+        logging.getLogger('tunix_agentic.chat').setLevel(logging.ERROR)
+        logging.getLogger('tunix_agentic.demo').setLevel(logging.INFO)
+    print(f'tunix-agentic demo: SFT then GRPO on (a + b) * c with calculator tools; output in {cfg.output_dir}', flush=True)
     result = run_demo(cfg)
-    return 0 if result.get('ok', True) else 1
+    print(format_summary(result))
+    return 0
 
-# %% ../nbs/12_cli.ipynb #62b1aceb
+# %% ../nbs/12_cli.ipynb #cd3c2ca0
 def build_parser() -> argparse.ArgumentParser:
     "The `tunix-agentic` argument parser."
     p = argparse.ArgumentParser(prog='tunix-agentic', description='Multi-turn, tool-using RL of language models in JAX.')
@@ -107,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(fn=_cmd_info)
     return p
 
-# %% ../nbs/12_cli.ipynb #f4eb8efa
+# %% ../nbs/12_cli.ipynb #5d72a08f
 def main(argv: list[str] | None = None) -> int:
     "Entry point of the `tunix-agentic` console script."
     args = build_parser().parse_args(argv)
