@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tunix_agentic.chat import response_spans as runs
 from tunix_agentic.chat import ChatDriftError, EpisodeEncoder
 from tunix_agentic.parsers import get_tool_parser
 from tunix_agentic.tokenizer import TINY_SPEC, build_tiny_tokenizer
@@ -79,15 +80,6 @@ def run_episode(tok, turns, style='raw', **kw):
         if env is not None:
             deltas.append(enc.add_messages(env))
     return enc, prompt, sampled, deltas
-
-
-def runs(mask):
-    "(start, end) of each run of 1s."
-    out, start = [], None
-    for i, m in enumerate(list(mask) + [0]):
-        if m and start is None: start = i
-        if not m and start is not None: out.append((start, i)); start = None
-    return out
 
 
 def oracle_mask(tok, ids, prompt_len):

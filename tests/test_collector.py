@@ -3,6 +3,7 @@ import asyncio, random, re, time
 
 import pytest
 
+from tunix_agentic.chat import response_spans as spans
 from tunix_agentic.collector import CollectConfig, EpisodeState, TrajectoryCollectEngine, derive_seed
 from tunix_agentic.dumps import DumpWriter, load_step
 from tunix_agentic.envs import EnvGroup, EnvSpec, ToolEnvironment
@@ -37,14 +38,6 @@ class Tracked(BaseTool):
 def calc_group(max_turns=5, extra_tools=()):
     return EnvGroup({'calc': EnvSpec(env='tool', tools=calculator_tools() + list(extra_tools),
                                      reward_fn='gsm8k', max_turns=max_turns)})
-
-
-def spans(mask):
-    out, start = [], None
-    for i, m in enumerate(list(mask) + [0]):
-        if m and start is None: start = i
-        if not m and start is not None: out.append((start, i)); start = None
-    return out
 
 
 @pytest.mark.timeout(60)

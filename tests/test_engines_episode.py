@@ -11,6 +11,7 @@ import pytest
 import jax, jax.numpy as jnp
 from flax import nnx
 
+from tunix_agentic.chat import response_spans as _spans
 from tunix_agentic.collector import CollectConfig, TrajectoryCollectEngine
 from tunix_agentic.default_model import default_model_dir, load_default
 from tunix_agentic.envs import EnvGroup, EnvSpec
@@ -115,9 +116,3 @@ def test_calculator_episode_through_both_engines():
           f'vanilla vs sglang {same:.1e}')
 
 
-def _spans(mask):
-    out, start = [], None
-    for i, m in enumerate(list(mask) + [0]):
-        if m and start is None: start = i
-        if not m and start is not None: out.append((start, i)); start = None
-    return out

@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use('Agg')
 import pytest
 
+from tunix_agentic.chat import response_spans as spans
 from tunix_agentic.types import Action, Step, ToolCall, Trajectory
 from tunix_agentic import widgets as wd
 
@@ -244,14 +245,6 @@ def group(max_turns=5):
     return EnvGroup({'calc': EnvSpec(env='tool', tools=calculator_tools(), reward_fn='gsm8k',
                                      max_turns=max_turns),
                      'qa': EnvSpec(env='single_turn', reward_fn='exact_match', max_turns=1)})
-
-
-def spans(mask):
-    out, start = [], None
-    for i, m in enumerate(list(mask) + [0]):
-        if m and start is None: start = i
-        if not m and start is not None: out.append((start, i)); start = None
-    return out
 
 
 def no_timings(x):

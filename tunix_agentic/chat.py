@@ -12,7 +12,8 @@ from .types import ToolCall
 log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['log', 'Drift', 'ChatDriftError', 'token_drift', 'truncate_tokens', 'escape_special_tokens', 'EpisodeEncoder']
+__all__ = ['log', 'Drift', 'ChatDriftError', 'token_drift', 'truncate_tokens', 'escape_special_tokens', 'EpisodeEncoder',
+           'mask_runs', 'response_spans']
 
 # %% ../nbs/03a_chat.ipynb #b690315c
 @dataclass(frozen=True)
@@ -244,6 +245,25 @@ def to_trajectory_fields(self: EpisodeEncoder) -> dict:
     return dict(input_ids=list(self.input_ids), response_mask=list(self.response_mask),
                 logprobs=list(self.logprobs), prompt_len=self.prompt_len,
                 messages=copy.deepcopy(self.messages))
+
+# %% ../nbs/03a_chat.ipynb #5af896a1
+@patch
+def truncate(self: EpisodeEncoder, n_ids: int, n_msgs: int | None = None):
+    "Keep the first `n_ids` ids (and `n_msgs` messages): undo an append that overshot."
+    del self.input_ids[n_ids:], self.response_mask[n_ids:], self.logprobs[n_ids:]
+    if n_msgs is not None: del self.messages[n_msgs:]
+
+def mask_runs(mask) -> list[tuple[int, int, int]]:
+    "`(start, end, value)` of each run of equal values in a response mask."
+    out, start = [], 0
+    for i in range(1, len(mask) + 1):
+        if i == len(mask) or mask[i] != mask[start]:
+            out.append((start, i, int(mask[start]))); start = i
+    return out
+
+def response_spans(mask) -> list[tuple[int, int]]:
+    "`(start, end)` of each run of 1s: the tokens of each sampled assistant turn."
+    return [(a, b) for a, b, v in mask_runs(mask) if v]
 
 # %% ../nbs/03a_chat.ipynb #c502b300
 @patch

@@ -51,16 +51,14 @@ def scripted_calculator_episode(a: int = 123, b: int = 456, c: int = 789):
 # %% ../nbs/12_cli.ipynb #7878a223
 def format_token_table(traj, tokenizer, max_chars: int = 90) -> str:
     "Runs of tokens with equal mask: mask, token count, first ids, mean logprob, decoded text."
-    rows, i, n = [], 0, len(traj.input_ids)
-    while i < n:
-        j = i
-        while j < n and traj.response_mask[j] == traj.response_mask[i]: j += 1
+    from tunix_agentic.chat import mask_runs
+    rows = []
+    for i, j, m in mask_runs(traj.response_mask):
         ids = traj.input_ids[i:j]
         text = tokenizer.decode(ids, skip_special_tokens=False)
         text = repr(text if len(text) <= max_chars else text[:max_chars // 2] + ' … ' + text[-max_chars // 2:])
-        lp = f'{sum(traj.logprobs[i:j]) / (j - i):7.3f}' if traj.response_mask[i] else '      -'
-        rows.append(f'{traj.response_mask[i]:>4} {j - i:>5} {str(ids[:3])[:-1] + (", …]" if j - i > 3 else "]"):<22} {lp}  {text}')
-        i = j
+        lp = f'{sum(traj.logprobs[i:j]) / (j - i):7.3f}' if m else '      -'
+        rows.append(f'{m:>4} {j - i:>5} {str(ids[:3])[:-1] + (", …]" if j - i > 3 else "]"):<22} {lp}  {text}')
     return f'mask {"n":>5} {"ids":<22} mean_lp  text\n' + '\n'.join(rows)
 
 # %% ../nbs/12_cli.ipynb #fe9b87a5

@@ -170,7 +170,7 @@ async def _run_episode(self: TrajectoryCollectEngine, ep: _Episode, max_turns: i
     enc.start(ep.agent.chat_completions)
     if len(enc.input_ids) >= c.max_seq_len:  # the prompt alone fills the budget: nothing to train
         n = len(enc.input_ids)
-        _rollback(enc, c.max_seq_len, len(enc.messages))  # keep len(input_ids) <= max_seq_len
+        enc.truncate(c.max_seq_len)  # keep len(input_ids) <= max_seq_len
         enc.prompt_len = min(enc.prompt_len, c.max_seq_len)
         ep.counts['prompt_too_long'] = n
         ep.status = _S.MAX_LENGTH
@@ -214,14 +214,9 @@ async def _run_episode(self: TrajectoryCollectEngine, ep: _Episode, max_turns: i
         n_ids, n_msgs = len(enc.input_ids), len(enc.messages)
         enc.add_messages(new)
         if len(enc.input_ids) > c.max_seq_len:  # the tool turn overshoots: drop it, end cleanly
-            _rollback(enc, n_ids, n_msgs); ep.status = _S.MAX_LENGTH; return
+            enc.truncate(n_ids, n_msgs); ep.status = _S.MAX_LENGTH; return
         if enc.remaining() <= 0: ep.status = _S.MAX_LENGTH; return
     ep.status = _S.MAX_TURNS
-
-def _rollback(enc, n_ids: int, n_msgs: int):
-    "Undo an `add_messages` that made the sequence longer than `max_seq_len` (ids are mask 0)."
-    del enc.input_ids[n_ids:], enc.response_mask[n_ids:], enc.logprobs[n_ids:]
-    del enc.messages[n_msgs:]
 
 # %% ../nbs/07a_collector.ipynb #0d6f0bc2
 @patch

@@ -698,8 +698,7 @@ async def _add_env_messages(self: EpisodeDriver, new: list[dict]):
     enc, n_ids, n_msgs = self.enc, len(self.enc.input_ids), len(self.enc.messages)
     enc.add_messages(new)
     if len(enc.input_ids) > self.config.max_seq_len:
-        del enc.input_ids[n_ids:], enc.response_mask[n_ids:], enc.logprobs[n_ids:]
-        del enc.messages[n_msgs:]
+        enc.truncate(n_ids, n_msgs)
         await self._end('max_length')
     elif enc.remaining() <= 0: await self._end('max_length')
 
