@@ -20,11 +20,12 @@ from .types import Trajectory, TrajectoryStatus
 from .losses import (LossConfig, get_advantage_fn, token_logprobs, ppo_clip_loss,
                                   masked_ce, token_mean, overlong_filter)
 from .sharding import ShardingConfig, shard_tree, shard_batch
+from .models import KVCache
 log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['log', 'LOSS_FNS', 'trajectory_advantages', 'bucket_length', 'make_batch', 'TrainerConfig', 'make_optimizer',
-           'sft_loss', 'grpo_loss', 'train_step', 'Trainer']
+__all__ = ['log', 'LOSS_FNS', 'trajectory_advantages', 'bucket_length', 'shared_prefix_len', 'make_batch', 'TrainerConfig',
+           'make_optimizer', 'sft_loss', 'grpo_loss', 'train_step', 'Trainer']
 
 # %% ../nbs/10b_trainer.ipynb #c36be68b
 def trajectory_advantages(trajs: Sequence[Trajectory], estimator: str = 'grpo') -> np.ndarray:
@@ -46,11 +47,32 @@ def bucket_length(n: int, buckets: Sequence[int]) -> int:
         if b >= n: return b
     return max(buckets)
 
+def shared_prefix_len(trajs: Sequence[Trajectory], multiple: int) -> int:
+    "Tokens every trajectory shares before its first trained position, rounded down to `multiple`."
+    if multiple <= 0 or not trajs: return 0
+    # position p predicts token p+1, so the prefix must stop before the first mask-1 token's predecessor
+    n = min((t.response_mask.index(1) if 1 in t.response_mask else len(t.input_ids)) - 1
+            for t in trajs)
+    first = np.asarray(trajs[0].input_ids[:max(n, 0)])
+    for t in trajs[1:]:
+        if n <= 0: break
+        diff = np.flatnonzero(np.asarray(t.input_ids[:n]) != first[:n])
+        if diff.size: n = int(diff[0])
+    return max(n, 0) // multiple * multiple
+
 def make_batch(trajs: Sequence[Trajectory], *, pad_id: int = 0,
                buckets: Sequence[int] = (64, 128, 256, 512, 1024, 2048),
-               row_multiple: int = 1, advantages: np.ndarray | None = None) -> dict[str, np.ndarray]:
+               row_multiple: int = 1, advantages: np.ndarray | None = None,
+               prefix_multiple: int = 0, # cut the shared prefix (a multiple of this) into `prefix`
+               ) -> dict[str, np.ndarray]:
     "Trajectories -> dict of `[B, T]` / `[B]` numpy arrays (tokens, targets, mask, old_logp, adv, ...)."
     if not trajs: raise ValueError('make_batch needs at least one trajectory, got none')
+    P = shared_prefix_len(trajs, prefix_multiple)
+    if P:
+        prefix = np.asarray(trajs[0].input_ids[:P], np.int32)[None]
+        trajs = [Trajectory(input_ids=t.input_ids[P:], response_mask=t.response_mask[P:],
+                            logprobs=t.logprobs[P:], reward=t.reward, status=t.status,
+                            episode_id=t.episode_id) for t in trajs]
     T = bucket_length(max(len(t.input_ids) for t in trajs), buckets)
     B = math.ceil(len(trajs) / row_multiple) * row_multiple
     tokens = np.full((B, T), pad_id, np.int32)
@@ -70,8 +92,11 @@ def make_batch(trajs: Sequence[Trajectory], *, pad_id: int = 0,
     targets = np.concatenate([tokens[:, 1:], np.full((B, 1), pad_id, np.int32)], 1)
     adv = np.zeros(B, np.float32)
     if advantages is not None: adv[:len(trajs)] = advantages
-    return dict(tokens=tokens, targets=targets, positions=np.broadcast_to(np.arange(T), (B, T)).copy(),
-                mask=mask, old_logp=old, adv=adv, reward=reward, truncated=truncated)
+    out = dict(tokens=tokens, targets=targets,
+               positions=np.broadcast_to(P + np.arange(T), (B, T)).astype(np.int32),
+               mask=mask, old_logp=old, adv=adv, reward=reward, truncated=truncated)
+    if P: out['prefix'] = prefix
+    return out
 
 # %% ../nbs/10b_trainer.ipynb #d8c9b6ff
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +114,7 @@ class TrainerConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     buckets: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048)
     pad_id: int = 0
+    shared_prefix: int = 0              # run a prefix all rows share once (a multiple of this; 0 = off)
     sharding: ShardingConfig = field(default_factory=ShardingConfig.no_sharding)
     def __post_init__(self):
         if self.learning_rate <= 0: raise ValueError(f'learning_rate must be > 0, got {self.learning_rate}')
@@ -106,8 +132,16 @@ def make_optimizer(cfg: TrainerConfig) -> optax.GradientTransformation:
                        optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, weight_decay=cfg.weight_decay))
 
 # %% ../nbs/10b_trainer.ipynb #5d7a2c1d
+def _forward(model, batch: dict) -> jax.Array:
+    "Logits `[B, T, V]` of the rows; a shared `prefix` runs once and its keys/values serve every row."
+    if 'prefix' not in batch: return model(batch['tokens'], batch['positions'])
+    (b, t), p = batch['tokens'].shape, batch['prefix'].shape[1]
+    _, cache = model(batch['prefix'], jnp.arange(p)[None], KVCache.init(model.cfg, 1, p + t))
+    cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (b, *x.shape[1:])) if x.ndim else x, cache)
+    return model(batch['tokens'], batch['positions'], cache)[0]
+
 def _logp(graphdef, params, rest, batch, temperature):
-    logits = nnx.merge(graphdef, params, rest)(batch['tokens'], batch['positions'])
+    logits = _forward(nnx.merge(graphdef, params, rest), batch)
     return token_logprobs(logits, batch['targets'], temperature)
 
 def sft_loss(params, graphdef, rest, batch, cfg: TrainerConfig, ref_params=None):
@@ -140,12 +174,15 @@ def train_step(params, opt_state, rest, ref_params, batch, *, graphdef, tx, kind
     "One optimizer update on `batch`; returns (params, opt_state, metrics)."
     loss_fn = LOSS_FNS[kind]
     M = cfg.micro_batches
-    mb = jax.tree.map(lambda x: x.reshape(M, x.shape[0] // M, *x.shape[1:]), batch)
+    shared = {k: batch[k] for k in ('prefix',) if k in batch}  # the same for every micro-batch
+    mb = jax.tree.map(lambda x: x.reshape(M, x.shape[0] // M, *x.shape[1:]),
+                      {k: v for k, v in batch.items() if k not in shared})
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     def body(acc, micro):
-        (_, m), g = grad_fn(params, graphdef, rest, micro, cfg, ref_params)
+        (_, m), g = grad_fn(params, graphdef, rest, {**micro, **shared}, cfg, ref_params)
         return jax.tree.map(jnp.add, acc, (g, m)), None
-    zero_m = jax.eval_shape(lambda: loss_fn(params, graphdef, rest, jax.tree.map(lambda x: x[0], mb),
+    zero_m = jax.eval_shape(lambda: loss_fn(params, graphdef, rest,
+                                            {**jax.tree.map(lambda x: x[0], mb), **shared},
                                             cfg, ref_params)[1])
     acc0 = (jax.tree.map(jnp.zeros_like, params), jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_m))
     (g, m), _ = jax.lax.scan(body, acc0, mb)
@@ -187,10 +224,21 @@ def batch_from(self: Trainer, trajs: Sequence[Trajectory], kind: str = 'grpo') -
     "A padded batch for this trainer (advantages computed for GRPO)."
     adv = trajectory_advantages(trajs, self.cfg.loss.advantage) if kind == 'grpo' else None
     return make_batch(trajs, pad_id=self.cfg.pad_id, buckets=self.cfg.buckets,
-                      row_multiple=_row_multiple(self), advantages=adv)
+                      row_multiple=_row_multiple(self), advantages=adv,
+                      prefix_multiple=self.cfg.shared_prefix)
 
 # %% ../nbs/10b_trainer.ipynb #31c515a0
 _DEVICE_KEYS = ('tokens', 'targets', 'positions', 'mask', 'old_logp', 'adv', 'truncated')
+
+def _device_batch(self: Trainer, batch: dict, keys: Sequence[str]) -> dict:
+    "The arrays of `keys` (and a shared `prefix`) on device: rows split over the mesh, prefix replicated."
+    rows = {k: batch[k] for k in keys}
+    if self.mesh is not None: rows = shard_batch(rows, self.mesh, self.cfg.sharding)
+    else: rows = jax.tree.map(jnp.asarray, rows)
+    if 'prefix' in batch:
+        rows['prefix'] = (jnp.asarray(batch['prefix']) if self.mesh is None else jax.device_put(
+            batch['prefix'], jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())))
+    return rows
 
 @patch
 def update(self: Trainer, batch: dict, kind: str = 'grpo') -> dict[str, float]:
@@ -199,9 +247,7 @@ def update(self: Trainer, batch: dict, kind: str = 'grpo') -> dict[str, float]:
     if batch['tokens'].shape[0] % self.cfg.micro_batches:
         raise ValueError(f"batch of {batch['tokens'].shape[0]} rows does not split into "
                          f'{self.cfg.micro_batches} micro-batches')
-    batch = {k: batch[k] for k in _DEVICE_KEYS}
-    if self.mesh is not None: batch = shard_batch(batch, self.mesh, self.cfg.sharding)
-    else: batch = jax.tree.map(jnp.asarray, batch)
+    batch = _device_batch(self, batch, _DEVICE_KEYS)
     self.params, self.opt_state, m = train_step(
         self.params, self.opt_state, self.rest, self.ref_params, batch, graphdef=self.graphdef,
         tx=self.tx, kind=kind, cfg=self.cfg)
@@ -212,7 +258,7 @@ def update(self: Trainer, batch: dict, kind: str = 'grpo') -> dict[str, float]:
 @patch
 def logprobs(self: Trainer, batch: dict) -> np.ndarray:
     "The current policy's logprob of each target token, `[B, T]` (for on-policy checks and tests)."
-    b = jax.tree.map(jnp.asarray, {k: batch[k] for k in ('tokens', 'positions', 'targets')})
+    b = _device_batch(self, batch, ('tokens', 'positions', 'targets'))
     return np.asarray(jax.jit(_logp, static_argnums=(0, 4))(self.graphdef, self.params, self.rest, b,
                                                            self.cfg.temperature)[0])
 
