@@ -1,23 +1,98 @@
-"""RolloutServer / HttpRollout over real loopback HTTP: the collector runs unchanged against a remote engine."""
-import socket, time
+"""EngineServer over real loopback HTTP: the official openai client, token ids and logprobs, concurrent
+requests sharing batches, HttpRollout under the collector, and clear errors instead of hangs."""
+import asyncio, json, socket, time
 
+import httpx
+import openai
 import pytest
 
-from tunix_agentic.rollout import BaseRollout, ScriptedPolicy, SamplingParams
-from tunix_agentic.server import HttpRollout, RolloutHTTPError, RolloutServer
-from tunix_agentic.tokenizer import build_tiny_tokenizer
+from tunix_agentic.collector import CollectConfig, TrajectoryCollectEngine
 from tunix_agentic.envs import ToolEnvironment
+from tunix_agentic.rollout import BaseRollout, SamplingParams, ScriptedPolicy
+from tunix_agentic.server import EngineHTTPError, EngineServer, HttpRollout
+from tunix_agentic.tokenizer import build_tiny_tokenizer
 from tunix_agentic.tools import calculator_tools
-from tunix_agentic.collector import TrajectoryCollectEngine, CollectConfig
 
 
 @pytest.fixture(scope='module')
 def tok(): return build_tiny_tokenizer()
 
 
-def _script():
-    call = lambda n, a, b: f'<tool_call>\n{{"name": "{n}", "arguments": {{"a": {a}, "b": {b}}}}}\n</tool_call>'
-    return [call('multiply', 12, 34), call('add', 408, 5), 'The answer is 413.']
+def call(name, a, b):
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {{"a": {a}, "b": {b}}}}}\n</tool_call>'
+
+
+def _script(): return [call('multiply', 12, 34), call('add', 408, 5), 'The answer is 413.']
+
+
+class SlowPolicy(ScriptedPolicy):
+    "A scripted policy whose batches take a while, so concurrent requests queue up behind one."
+    def generate(self, prompts, params):
+        time.sleep(0.2)
+        return super().generate(prompts, params)
+
+
+@pytest.mark.timeout(60)
+def test_openai_client_chat_with_tools_gets_calls_ids_and_logprobs(tok):
+    tools = [t.schema for t in calculator_tools()]
+    with EngineServer(ScriptedPolicy(tok, _script(), logprob=-0.25), tok, api_key='sk-1') as srv:
+        client = openai.OpenAI(base_url=srv.url + '/v1', api_key='sk-1', max_retries=0)
+        msgs = [{'role': 'user', 'content': 'What is 12*34+5?'}]
+        r = client.chat.completions.create(model='tunix-agentic', messages=msgs, tools=tools,
+                                           logprobs=True, max_tokens=64)
+        c = r.choices[0]
+        assert c.finish_reason == 'tool_calls'
+        assert [(t.function.name, json.loads(t.function.arguments)) for t in c.message.tool_calls] \
+            == [('multiply', {'a': 12, 'b': 34})]
+        assert tok.decode(r.token_ids) == _script()[0] + '<|im_end|>'
+        assert r.token_logprobs == [-0.25] * len(r.token_ids)
+        assert [x.logprob for x in c.logprobs.content] == r.token_logprobs
+        assert r.prompt_token_ids == tok.apply_chat_template(msgs, tools=tools, tokenize=True,
+                                                              add_generation_prompt=True)
+        assert r.usage.completion_tokens == len(r.token_ids)
+        # the assistant turn goes back as OpenAI sends it (arguments as a JSON string), then the tool
+        msgs2 = msgs + [c.message.model_dump(exclude_none=True),
+                        {'role': 'tool', 'tool_call_id': c.message.tool_calls[0].id, 'content': '408'}]
+        r2 = client.chat.completions.create(model='tunix-agentic', messages=msgs2, tools=tools)
+        assert r2.choices[0].message.tool_calls[0].function.name == 'add'
+        # token ids in, token ids out: /v1/completions with a list of ids
+        cp = client.completions.create(model='tunix-agentic', prompt=r.prompt_token_ids, max_tokens=5,
+                                       logprobs=0)
+        assert cp.choices[0].finish_reason == 'length' and cp.token_ids == r.token_ids[:5]
+        assert cp.choices[0].logprobs.token_logprobs == [-0.25] * 5
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=srv.url + '/v1', api_key='wrong', max_retries=0).models.list()
+
+
+@pytest.mark.timeout(60)
+def test_concurrent_requests_share_batches(tok):
+    policy = SlowPolicy(tok, ['hello'])
+    with EngineServer(policy, tok) as srv:
+        client = openai.AsyncOpenAI(base_url=srv.url + '/v1', api_key='x', max_retries=0)
+        async def many():
+            return await asyncio.gather(*[client.chat.completions.create(
+                model='m', messages=[{'role': 'user', 'content': f'q{i}'}]) for i in range(16)])
+        outs = asyncio.run(many())
+    assert [o.choices[0].message.content for o in outs] == ['hello'] * 16
+    assert sum(policy.batcher.batch_sizes) == 16 and max(policy.batcher.batch_sizes) > 1
+
+
+@pytest.mark.timeout(60)
+def test_bad_requests_are_422_naming_the_field(tok):
+    with EngineServer(ScriptedPolicy(tok, ['hi']), tok) as srv:
+        post = lambda path, body: httpx.post(srv.url + path, json=body, timeout=10)
+        cases = {'messages.0.role': {'messages': [{'role': 'robot', 'content': 'x'}]},
+                 'stream': {'messages': [{'role': 'user', 'content': 'x'}], 'stream': True},
+                 'temperature': {'messages': [{'role': 'user', 'content': 'x'}], 'temperature': -1},
+                 'prompt_token_ids': {'messages': [{'role': 'user', 'content': 'x'}],
+                                      'prompt_token_ids': [10 ** 9]}}
+        for field, body in cases.items():
+            r = post('/v1/chat/completions', body)
+            assert r.status_code == 422 and field in r.json()['error']['message'], (field, r.text)
+        r = post('/generate', {'prompts': [[1]], 'params': {'temprature': 0.5}})
+        assert r.status_code == 422 and "['temprature']" in r.json()['error']['message']
+        assert httpx.post(srv.url + '/v1/chat/completions', content=b'{not json', timeout=10).status_code == 422
+        assert httpx.get(srv.url + '/nope').status_code == 404
 
 
 def _collect(engine, tok, n_tasks=8):
@@ -27,12 +102,13 @@ def _collect(engine, tok, n_tasks=8):
 
 
 @pytest.mark.timeout(120)
-def test_collector_through_http_matches_direct(tok):
+def test_collector_through_http_rollout_matches_direct(tok):
     direct = _collect(ScriptedPolicy(tok, _script()), tok)
-    with RolloutServer(ScriptedPolicy(tok, _script())) as srv:
+    with EngineServer(ScriptedPolicy(tok, _script()), tok) as srv:
         remote = _collect(HttpRollout(srv.url), tok)
     assert len(remote) == len(direct) == 16
-    for r, d in zip(sorted(remote, key=lambda t: t.task['question']), sorted(direct, key=lambda t: t.task['question'])):
+    key = lambda t: t.task['question']
+    for r, d in zip(sorted(remote, key=key), sorted(direct, key=key)):
         assert (r.input_ids, r.response_mask, r.logprobs, r.reward, r.status) == \
                (d.input_ids, d.response_mask, d.logprobs, d.reward, d.status)
     assert all(t.reward == 1.0 for t in remote)
@@ -48,21 +124,21 @@ class Slow(BaseRollout):
 
 
 @pytest.mark.timeout(30)
-def test_engine_failure_is_a_clear_error_and_server_keeps_serving():
-    with RolloutServer(Failing()) as srv:
+def test_engine_failure_is_a_clear_error_and_server_keeps_serving(tok):
+    with EngineServer(Failing(), tok) as srv:
         c = HttpRollout(srv.url)
         for _ in range(2):
-            with pytest.raises(RolloutHTTPError, match='500: RuntimeError: device on fire'):
+            with pytest.raises(EngineHTTPError, match='500: engine failed: RuntimeError: device on fire'):
                 c.generate([[1, 2]], [SamplingParams()])
-        assert c.health()['ok']
+        assert c.health()['status'] == 'ok'
 
 
 @pytest.mark.timeout(30)
-def test_timeout_becomes_an_error_not_a_hang():
-    with RolloutServer(Slow()) as srv:
+def test_timeout_becomes_an_error_not_a_hang(tok):
+    with EngineServer(Slow(), tok) as srv:
         c = HttpRollout(srv.url, timeout_s=0.5, retries=0)
         t0 = time.monotonic()
-        with pytest.raises(RolloutHTTPError, match='failed after 1 tries'):
+        with pytest.raises(EngineHTTPError, match='failed after 1 tries'):
             c.generate([[1]], [SamplingParams()])
         assert time.monotonic() - t0 < 2.5
 
@@ -71,17 +147,7 @@ def test_timeout_becomes_an_error_not_a_hang():
 def test_unreachable_server_retries_then_fails():
     s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()
     c = HttpRollout(f'http://127.0.0.1:{port}', retries=2, backoff_s=0.01)
-    with pytest.raises(RolloutHTTPError, match='failed after 3 tries'):
+    with pytest.raises(EngineHTTPError, match='failed after 3 tries'):
         c.generate([[1]], [SamplingParams()])
-
-
-@pytest.mark.timeout(30)
-def test_bad_requests_are_400_naming_the_field(tok):
-    with RolloutServer(ScriptedPolicy(tok, ['hi'])) as srv:
-        c = HttpRollout(srv.url)
-        with pytest.raises(RolloutHTTPError, match="400: unknown sampling params \\['temprature'\\]"):
-            c._request('POST', '/generate', {'prompts': [[1]], 'params': {'temprature': 0.5}})
-        with pytest.raises(RolloutHTTPError, match='404'):
-            c._request('GET', '/nope')
-        with pytest.raises(NotImplementedError, match='push weights'):
-            c.update_params({})
+    with pytest.raises(NotImplementedError, match='push weights'):
+        c.update_params({})
