@@ -51,14 +51,19 @@ def sample_step(logits_bv, keys_b, temp_b, top_k_b, top_p_b, use_filter: bool = 
 # %% ../nbs/09_sampler.ipynb #5197376d
 @partial(jax.jit, static_argnames=('graphdef', 'max_new', 'use_filter', 'all_greedy'))
 def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_b, max_new_b,
-                    stops_bk, keys_b, *, max_new: int, use_filter: bool, all_greedy: bool = False):
+                    stops_bk, keys_b, prefix_1q=None, *, max_new: int, use_filter: bool,
+                    all_greedy: bool = False):
     "Prefill plus KV-cache decode; returns `(tokens_bg, logprobs_bg, lengths_b, stopped_b)`."
     model = nnx.merge(graphdef, state)
-    b, p = tokens_bp.shape
-    cache = KVCache.init(model.cfg, b, p + max_new)
-    valid_bs = jnp.concatenate([mask_bp.astype(bool), jnp.zeros((b, max_new), bool)], 1)
-    plen_b = mask_bp.sum(1).astype(jnp.int32)
-    logits, cache = model(tokens_bp, jnp.maximum(jnp.cumsum(mask_bp, 1) - 1, 0), cache, valid_bs)
+    (b, p), q = tokens_bp.shape, 0 if prefix_1q is None else prefix_1q.shape[1]
+    cache = KVCache.init(model.cfg, 1 if q else b, q + p + max_new)
+    if q:  # the prefix every row shares: prefilled once, its keys/values broadcast to the rows
+        _, cache = model(prefix_1q, jnp.arange(q)[None], cache)
+        cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (b, *x.shape[1:])) if x.ndim else x, cache)
+    valid_bs = jnp.concatenate([jnp.ones((b, q), bool), mask_bp.astype(bool),
+                                jnp.zeros((b, max_new), bool)], 1)
+    plen_b = q + mask_bp.sum(1).astype(jnp.int32)
+    logits, cache = model(tokens_bp, q + jnp.maximum(jnp.cumsum(mask_bp, 1) - 1, 0), cache, valid_bs)
     def step_keys(i): return jax.vmap(jax.random.fold_in, (0, None))(keys_b, i)
     sample = partial(sample_step, use_filter=use_filter, all_greedy=all_greedy)
     tok, lp = sample(logits[:, -1], step_keys(0), temp_b, top_k_b, top_p_b)
@@ -72,7 +77,7 @@ def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_
     def cond(c): return (c[0] < max_new) & ~jnp.all(c[-1])
     def body(c):
         i, cache, valid, last, out_t, out_l, length, stopped, done = c
-        valid = jax.lax.dynamic_update_slice_in_dim(valid, jnp.ones((b, 1), bool), p + i - 1, 1)
+        valid = jax.lax.dynamic_update_slice_in_dim(valid, jnp.ones((b, 1), bool), q + p + i - 1, 1)
         logits, cache = model(last[:, None], (plen_b + i - 1)[:, None], cache, valid)
         tok, lp = sample(logits[:, 0], step_keys(i), temp_b, top_k_b, top_p_b)
         tok = jnp.where(done, 0, tok)
@@ -98,6 +103,7 @@ class SamplerConfig:
     min_prompt_bucket: int = 64   # smallest padded prompt length
     min_gen_bucket: int = 64      # smallest padded decode budget
     stop_bucket: int = 8          # stop ids per row (padded; more are allowed, in powers of two)
+    shared_prefix: int = 0        # prefill a prefix all rows share once (a multiple of this; 0 = off)
     seed: int = 0                 # seeds requests that carry none
     def __post_init__(self):
         for f in ('max_batch', 'min_batch_bucket', 'min_prompt_bucket', 'min_gen_bucket',
@@ -105,6 +111,8 @@ class SamplerConfig:
             v = getattr(self, f)
             if v < 1 or v & (v - 1):
                 raise ValueError(f'SamplerConfig.{f}={v}; expected a power of two >= 1')
+        if self.shared_prefix < 0:
+            raise ValueError(f'SamplerConfig.shared_prefix={self.shared_prefix}; expected >= 0')
     @classmethod
     def tiny(cls) -> SamplerConfig:
         return cls(max_batch=8, min_batch_bucket=2, min_prompt_bucket=16, min_gen_bucket=16)
@@ -121,7 +129,7 @@ class JaxSampler(BaseRollout):
         self.max_batch_size = self.config.max_batch
         self.model, self._state = model, None
         self._rng = np.random.default_rng(self.config.seed)
-        self.shapes_seen: set[tuple] = set()   # (batch, prompt, gen, stops, filter, greedy) run
+        self.shapes_seen: set[tuple] = set()   # (batch, prefix, prompt, gen, stops, filter, greedy) run
         self.last_stats: dict = {}
 
     def generate(self, prompts: list[list[int]],
@@ -155,6 +163,17 @@ def _params(self: JaxSampler):
     return graphdef, (state if self._state is None else self._state)
 
 # %% ../nbs/09_sampler.ipynb #862d8b70
+def _shared_prefix(prompts: list[list[int]], multiple: int) -> int:
+    "Length of the prefix all prompts share (each keeps >= 1 own token), rounded down to `multiple`."
+    if multiple <= 0: return 0
+    n = min(map(len, prompts)) - 1
+    first = np.asarray(prompts[0][:n])
+    for pr in prompts[1:]:
+        if n <= 0: break
+        diff = np.flatnonzero(np.asarray(pr[:n]) != first[:n])
+        if diff.size: n = int(diff[0])
+    return max(n, 0) // multiple * multiple
+
 @patch
 def _run_batch(self: JaxSampler, prompts: list[list[int]], params: list[SamplingParams]):
     c, n = self.config, len(prompts)
@@ -164,6 +183,8 @@ def _run_batch(self: JaxSampler, prompts: list[list[int]], params: list[Sampling
     if bad:
         raise ValueError(f'generate: token id {bad[0]} outside vocab [0, {self.cfg.vocab_size})')
     b = min(_bucket(n, c.min_batch_bucket), c.max_batch)
+    q = _shared_prefix(prompts, c.shared_prefix)
+    prefix, prompts = prompts[0][:q], [pr[q:] for pr in prompts]
     p = _bucket(max(map(len, prompts)), c.min_prompt_bucket)
     g = _bucket(max(sp.max_new_tokens for sp in params), c.min_gen_bucket)
     k = _bucket(max(len(sp.stop_token_ids) for sp in params), c.stop_bucket)
@@ -181,12 +202,13 @@ def _run_batch(self: JaxSampler, prompts: list[list[int]], params: list[Sampling
     use_filter = any(sp.temperature > 0 and (sp.top_k > 0 or sp.top_p < 1) for sp in ps)
     all_greedy = all(sp.temperature <= 0 for sp in ps)
     arr = lambda f, dt: jnp.asarray(np.array([f(sp) for sp in ps], dt))
-    self.shapes_seen.add((b, p, g, k, use_filter, all_greedy))
+    self.shapes_seen.add((b, q, p, g, k, use_filter, all_greedy))
     graphdef, state = self._params()
     out = generate_tokens(graphdef, state, jnp.asarray(toks), jnp.asarray(mask),
         arr(lambda s: s.temperature, np.float32), arr(lambda s: s.top_k, np.int32),
         arr(lambda s: s.top_p, np.float32), arr(lambda s: s.max_new_tokens, np.int32),
-        jnp.asarray(stops), keys, max_new=g, use_filter=use_filter, all_greedy=all_greedy)
+        jnp.asarray(stops), keys, jnp.asarray([prefix], jnp.int32) if q else None,
+        max_new=g, use_filter=use_filter, all_greedy=all_greedy)
     out_t, out_l, length, stopped = jax.device_get(out)
     return [GenerateOutput(out_t[i, :length[i]].tolist(), out_l[i, :length[i]].tolist(),
                            'stop' if stopped[i] else 'length') for i in range(n)]
