@@ -4,14 +4,15 @@
 
 # %% ../nbs/01b_sandbox.ipynb #11cd3479
 from __future__ import annotations
-import asyncio, dataclasses, json, logging, os, shutil, signal, site, sys, tempfile, threading, time
-import urllib.error, urllib.request
+import asyncio, json, logging, os, shutil, signal, site, sys, tempfile, threading, time
 from dataclasses import dataclass, field
 from typing import Any
+import httpx
 from fastcore.basics import patch
 from .types import ToolOutput
 from .tools import BaseTool, ToolError, truncate_middle
 from .ratelimit import RateLimiter, RetryLater, retry_async
+from .forkserver import ForkServer, fork_server, run_call
 
 # %% auto #0
 __all__ = ['logger', 'SandboxConfig', 'SandboxResult', 'LocalSandbox', 'SandboxFusionClient', 'SandboxFusionStandIn',
@@ -26,20 +27,26 @@ class SandboxConfig:
     timeout_s: float = 10.0  # wall clock per run, launcher start included
     cpu_s: int | None = None  # RLIMIT_CPU; None: ceil(timeout_s) + 1
     memory_mb: int = 1024  # RLIMIT_AS of every process
-    max_processes: int = 64  # RLIMIT_NPROC (processes + threads of the sandbox uid)
+    max_processes: int = 64  # RLIMIT_NPROC: processes + threads of one call
     max_file_mb: int = 64  # RLIMIT_FSIZE: largest file the code may write
     max_open_files: int = 256  # RLIMIT_NOFILE
     max_output_bytes: int = 64 * 1024  # per stream; head and tail kept
-    isolation: str = 'auto'  # 'auto' | 'strict' (refuse without namespaces) | 'none'
-    uid: int | None = 65534  # run as this uid when started as root (None: stay root)
+    disk_mb: int = 64  # one tmpfs per call: /tmp (the scratch dir), /var/tmp, /dev/shm
+    disk_inodes: int = 16384  # files and dirs in that tmpfs
+    isolation: str = 'auto'  # 'auto' | 'strict' (refuse if anything is missing) | 'none'
+    uid: int = 65534  # the code's uid (and, as root, its user namespace's owner)
     gid: int = 65534
-    hide_dirs: tuple[str, ...] = ('/root',)  # covered by an empty tmpfs inside the sandbox
+    hide_dirs: tuple[str, ...] = ('/root', '/home', '/run', '/mnt', '/media', '/srv')
+    expose: tuple[str, ...] = ()  # dirs under hide_dirs kept visible (read-only)
+    preload: tuple[str, ...] = ('math', 're', 'json', 'collections', 'itertools',
+                                'functools', 'random', 'fractions', 'decimal',
+                                'datetime', 'string', 'heapq', 'bisect', 'statistics')
     python: str = sys.executable  # interpreter that runs the code
     scratch_root: str | None = None  # where per-run scratch dirs are made (None: system temp)
     env: tuple[tuple[str, str], ...] = ()  # extra environment variables, passed on as given
     def __post_init__(self):
         for f in ('timeout_s', 'memory_mb', 'max_processes', 'max_file_mb', 'max_open_files',
-                  'max_output_bytes'):
+                  'max_output_bytes', 'disk_mb', 'disk_inodes'):
             if not getattr(self, f) > 0:
                 raise ValueError(f'SandboxConfig.{f} must be > 0, got {getattr(self, f)!r}')
         if self.isolation not in ('auto', 'strict', 'none'):
@@ -67,92 +74,9 @@ class SandboxResult:
     def ok(self) -> bool: return self.status == 'ok'
 
 # %% ../nbs/01b_sandbox.ipynb #eaf1032b
-_LAUNCHER = r'''
-import ctypes, json, os, resource, signal, sys, traceback
-cfg = json.loads(sys.argv[1])
-libc = ctypes.CDLL(None, use_errno=True)
-def pdeathsig(): libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the parent
-pdeathsig()
-if os.getppid() != cfg['ppid']: os._exit(137)
-code = sys.stdin.buffer.read().decode('utf-8', 'replace')
-rep = {'netns': False, 'mountns': False, 'readonly_fs': False, 'pidns': False,
-       'uid': os.geteuid(), 'errors': []}
-def mount(src, tgt, fs, flags, data=None):
-    if libc.mount(src and src.encode(), tgt.encode(), fs and fs.encode(), ctypes.c_ulong(flags),
-                  data and data.encode()) != 0:
-        e = ctypes.get_errno(); raise OSError(e, os.strerror(e), tgt)
-def unshare(flag, key):
-    try: os.unshare(flag); rep[key] = True
-    except (OSError, AttributeError) as e: rep['errors'].append(f'{key}: {e}')
-def readonly_fs(scratch):
-    mount(None, '/', None, 1 << 14 | 1 << 18)  # MS_REC | MS_PRIVATE: nothing propagates out
-    for h in cfg['hide']:  # an empty tmpfs over private dirs, with the paths we need bound back
-        if not os.path.isdir(h): continue
-        keep = [p for p in cfg['expose'] + [scratch] if p == h or p.startswith(h.rstrip('/') + '/')]
-        fds = [(p, os.open(p, os.O_RDONLY | os.O_DIRECTORY)) for p in keep if os.path.isdir(p)]
-        mount('tmpfs', h, 'tmpfs', 2 | 4, 'mode=755,size=64k')
-        for p, fd in fds:
-            os.makedirs(p, exist_ok=True)
-            mount(f'/proc/self/fd/{fd}', p, None, 4096 | 1 << 14); os.close(fd)
-    mount(scratch, scratch, None, 4096)  # MS_BIND: the scratch dir stays writable
-    with open('/proc/self/mountinfo') as f:
-        pts = [(p[4].encode().decode('unicode_escape'), p[5].split(','))
-               for p in (line.split(' ') for line in f)]
-    ok = True
-    for mp, opts in pts:
-        if mp == scratch: continue
-        fl = 32 | 4096 | 1  # MS_REMOUNT | MS_BIND | MS_RDONLY, keeping nosuid/nodev/noexec
-        fl |= 2 * ('nosuid' in opts) | 4 * ('nodev' in opts) | 8 * ('noexec' in opts)
-        try: mount(None, mp, None, fl)
-        except OSError as e:
-            rep['errors'].append(f'read-only {mp}: {e}'); ok = False  # a writable mount left
-    rep['readonly_fs'] = ok
-scratch = cfg['scratch']
-if cfg['isolation'] != 'none':
-    unshare(os.CLONE_NEWNET, 'netns'); unshare(os.CLONE_NEWNS, 'mountns')
-    unshare(os.CLONE_NEWPID, 'pidns')
-    if rep['mountns']:
-        try: readonly_fs(scratch)
-        except OSError as e: rep['errors'].append(f'readonly_fs: {e}')
-drop = os.geteuid() == 0 and cfg['uid'] is not None and cfg['isolation'] != 'none'
-rep['uid'] = cfg['uid'] if drop else os.geteuid()
-rep['missing'] = [k for k in ('netns', 'mountns', 'readonly_fs', 'pidns') if not rep[k]]
-if not drop: rep['missing'].append('uid')
-os.write(2, b'\x00SANDBOX ' + json.dumps(rep).encode() + b'\n')
-if cfg['isolation'] == 'strict' and rep['missing']:
-    os.write(2, f"isolation='strict' but not available: {rep['missing']}\n".encode()); os._exit(71)
-pid = os.fork()
-if pid:
-    while True:
-        try: _, st = os.waitpid(pid, 0); break
-        except InterruptedError: pass
-    rc = os.waitstatus_to_exitcode(st)
-    os._exit(rc if rc >= 0 else 128 - rc)
-try:
-    if rep['pidns'] and rep['mountns']: mount('proc', '/proc', 'proc', 2 | 4 | 8)
-    os.chdir(scratch)
-    lim = cfg['limits']
-    for name, v in lim.items(): resource.setrlimit(getattr(resource, name), (v, v))
-    if drop: os.setgroups([]); os.setgid(cfg['gid']); os.setuid(cfg['uid'])
-    pdeathsig()  # setuid cleared it
-    fd = os.open('/dev/null', os.O_RDONLY); os.dup2(fd, 0); os.close(fd)
-except BaseException as e:
-    os.write(2, f'sandbox setup failed: {e!r}\n'.encode()); os._exit(71)
-del cfg, libc, rep, lim, mount, unshare, readonly_fs, pdeathsig
-sys.argv, sys.path[:0] = ['<code>'], [scratch]
-rc = 0
-try: exec(compile(code, '<code>', 'exec'), {'__name__': '__main__', '__builtins__': __builtins__})
-except SystemExit as e:
-    if e.code is None or isinstance(e.code, int): rc = e.code or 0
-    else: print(e.code, file=sys.stderr); rc = 1
-except BaseException as e:
-    traceback.print_exception(type(e), e, e.__traceback__.tb_next); rc = 1
-try: sys.stdout.flush(); sys.stderr.flush()
-except BaseException: rc = rc or 1
-os._exit(rc & 255)
-'''
+_WANT = ('userns', 'mountns', 'netns', 'ipcns', 'utsns', 'pidns', 'readonly_fs', 'private_tmp',
+         'own_proc', 'reaper', 'nproc_per_call', 'seccomp')  # what 'strict' requires
 
-# %% ../nbs/01b_sandbox.ipynb #a6895af3
 def _python_paths(python: str) -> list[str]:
     "Directories the sandboxed interpreter must still see when home directories are hidden."
     ps = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
@@ -161,91 +85,60 @@ def _python_paths(python: str) -> list[str]:
     except AttributeError: pass
     return sorted(p for p in ps if p)
 
+# %% ../nbs/01b_sandbox.ipynb #a6895af3
 class LocalSandbox:
-    "Runs Python code in a fresh, locked-down subprocess per call (see the table above)."
+    "Runs Python code in fresh namespaces per call, forked from a warm server (see above)."
     def __init__(self, config: SandboxConfig | None = None):
-        self.config = config or SandboxConfig()
+        self.config = c = config or SandboxConfig()
         self._warned = False
-        self._expose = _python_paths(self.config.python)
+        self.setup = dict(hide=list(c.hide_dirs), private=['/tmp', '/var/tmp', '/dev/shm'],
+                          expose=_python_paths(c.python) + list(c.expose),
+                          preload=list(c.preload), uid=c.uid, gid=c.gid)
     def __repr__(self): return f'LocalSandbox({self.config})'
+    def server(self) -> ForkServer:
+        "The warm fork server of this sandbox's settings (started on first use)."
+        return fork_server(self.config.python, self.setup)
     def make_workdir(self) -> str:
         "A new scratch dir, writable by the sandbox uid; the caller removes it."
         d = tempfile.mkdtemp(prefix='tunix_sbx_', dir=self.config.scratch_root)
-        if os.geteuid() == 0 and self.config.uid is not None and self.config.isolation != 'none':
+        if os.geteuid() == 0 and self.config.isolation != 'none':
             os.chown(d, self.config.uid, self.config.gid)
         return os.path.realpath(d)
 
 # %% ../nbs/01b_sandbox.ipynb #8f3f7a44
 @patch
-def _launch_args(self: LocalSandbox, workdir: str) -> tuple[list[str], dict]:
+def _request(self: LocalSandbox, timeout: float) -> dict:
     c = self.config
     limits = {'RLIMIT_AS': c.memory_mb << 20, 'RLIMIT_CPU': c.cpu_s or int(c.timeout_s) + 2,
               'RLIMIT_NPROC': c.max_processes, 'RLIMIT_FSIZE': c.max_file_mb << 20,
               'RLIMIT_NOFILE': c.max_open_files, 'RLIMIT_CORE': 0}
-    cfg = dict(ppid=os.getpid(), scratch=workdir, isolation=c.isolation, uid=c.uid, gid=c.gid,
-               hide=list(c.hide_dirs), expose=self._expose, limits=limits)
-    env = {'PATH': '/usr/local/bin:/usr/bin:/bin', 'HOME': workdir, 'TMPDIR': workdir,
-           'LANG': 'C.UTF-8', 'LC_ALL': 'C.UTF-8', 'OMP_NUM_THREADS': '1',
-           'OPENBLAS_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1', 'MPLBACKEND': 'Agg', **dict(c.env)}
-    return [c.python, '-I', '-c', _LAUNCHER, json.dumps(cfg)], env
-
-async def _chunks(stream: asyncio.StreamReader, first: bytes = b''):
-    if first: yield first
-    while chunk := await stream.read(1 << 16): yield chunk
-
-async def _read_capped(stream: asyncio.StreamReader, cap: int, first: bytes = b''
-                       ) -> tuple[str, int]:
-    "Read to EOF keeping the first and last `cap // 2` bytes; returns (text, total bytes)."
-    head, tail, total, keep_head = bytearray(), bytearray(), 0, cap - cap // 2
-    async for chunk in _chunks(stream, first):
-        total += len(chunk)
-        if len(head) < keep_head:
-            k = keep_head - len(head); head += chunk[:k]; chunk = chunk[k:]
-        if chunk:
-            tail += chunk
-            if len(tail) > cap // 2: del tail[:len(tail) - cap // 2]
-    text = head.decode('utf-8', 'replace')
-    if total > cap: text += f'\n[... {total - len(head) - len(tail)} bytes cut ...]\n'
-    return text + tail.decode('utf-8', 'replace'), total
+    env = {'PATH': '/usr/local/bin:/usr/bin:/bin', 'LANG': 'C.UTF-8', 'LC_ALL': 'C.UTF-8',
+           'OMP_NUM_THREADS': '1', 'OPENBLAS_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1',
+           'MPLBACKEND': 'Agg', **dict(c.env)}
+    return dict(timeout=timeout, limits=limits, env=env, disk_mb=c.disk_mb,
+                disk_inodes=c.disk_inodes, isolation=c.isolation, uid=c.uid, gid=c.gid,
+                want=list(_WANT) if c.isolation != 'none' else [])
 
 # %% ../nbs/01b_sandbox.ipynb #889ee8c0
-_MAGIC = b'\x00SANDBOX '
-
 @patch
 async def run(self: LocalSandbox, code: str, *, workdir: str | None = None,
               timeout: float | None = None) -> SandboxResult:
     "Run `code`; returns a `SandboxResult` (never raises, except cancellation)."
-    c, t0, own = self.config, time.monotonic(), workdir is None
+    c, t0, own, fd = self.config, time.monotonic(), None, None
     timeout = timeout or c.timeout_s
-    proc, readers, res = None, [], SandboxResult('sandbox_error')
     try:
-        workdir = self.make_workdir() if own else workdir
-        args, env = self._launch_args(workdir)
-        proc = await asyncio.create_subprocess_exec(
-            *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, cwd='/', env=env, start_new_session=True)
-        try:
-            proc.stdin.write(str(code).encode('utf-8', 'replace')); await proc.stdin.drain()
-            proc.stdin.close()
-        except (BrokenPipeError, ConnectionResetError): pass
-        readers = [asyncio.ensure_future(_read_stderr(proc.stderr, c.max_output_bytes)),
-                   asyncio.ensure_future(_read_capped(proc.stdout, c.max_output_bytes))]
-        try: rc = await asyncio.wait_for(proc.wait(), max(0.0, timeout - (time.monotonic() - t0)))
-        except asyncio.TimeoutError: rc = None
-        _killpg(proc)
-        (iso, err, nerr), (out, nout) = await asyncio.wait_for(asyncio.gather(*readers), 5.0)
-        res = _result(rc, out, nout, err, nerr, iso, timeout)
+        srv = await asyncio.to_thread(self.server)
+        private = c.isolation != 'none' and (srv.info['userns'] or srv.info['root'])
+        if workdir is None and not private: own = workdir = self.make_workdir()
+        if workdir is not None: fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
+        req = self._request(max(0.01, timeout - (time.monotonic() - t0)))
+        res = _result(await run_call(srv, str(code), req, fd, c.max_output_bytes), timeout)
     except asyncio.CancelledError: raise
     except Exception as e:
         res = SandboxResult('sandbox_error', message=f'{type(e).__name__}: {e}')
     finally:
-        if proc is not None:
-            _killpg(proc)
-            if proc.returncode is None:  # reap it, also when we are being cancelled
-                try: await asyncio.wait_for(proc.wait(), 5.0)
-                except (asyncio.TimeoutError, ProcessLookupError): pass
-        for r in readers: r.cancel()
-        if own and workdir: shutil.rmtree(workdir, ignore_errors=True)
+        if fd is not None: os.close(fd)
+        if own: shutil.rmtree(own, ignore_errors=True)
     res.wall_s = time.monotonic() - t0
     if res.isolation.get('missing') and not self._warned and c.isolation == 'auto':
         self._warned = True
@@ -254,30 +147,24 @@ async def run(self: LocalSandbox, code: str, *, workdir: str | None = None,
     return res
 
 # %% ../nbs/01b_sandbox.ipynb #ce7103e7
-def _killpg(proc) -> None:
-    try: os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError): pass
+def _text(head: bytes, tail: bytes, total: int) -> str:
+    text = head.decode('utf-8', 'replace')
+    if total > len(head) + len(tail): text += f'\n[... {total - len(head) - len(tail)} bytes cut ...]\n'
+    return text + tail.decode('utf-8', 'replace')
 
-async def _read_stderr(stream: asyncio.StreamReader, cap: int) -> tuple[dict, str, int]:
-    iso, first = {}, b''
-    try:
-        first = await stream.readuntil(b'\n')
-        if first.startswith(_MAGIC): iso, first = json.loads(first[len(_MAGIC):]), b''
-    except asyncio.IncompleteReadError as e: first = e.partial
-    except (asyncio.LimitOverrunError, ValueError): pass
-    text, n = await _read_capped(stream, cap, first)
-    return iso, text, n
-
-def _result(rc, out, nout, err, nerr, iso, timeout) -> SandboxResult:
-    r = SandboxResult('ok', out, err, rc, stdout_bytes=nout, stderr_bytes=nerr, isolation=iso)
-    if rc is None: r.status, r.message = 'timeout', f'timed out after {timeout:g} s'
-    elif rc == 71 and ('sandbox setup failed' in err[:300] or "isolation='strict'" in err[:300]):
-        r.status, r.message = 'sandbox_error', err.strip()[:500]
-    elif rc > 128:
-        sig = rc - 128
+def _result(d: dict, timeout: float) -> SandboxResult:
+    (oh, ot, nout), (eh, et, nerr) = d['stdout'], d['stderr']
+    r = SandboxResult('ok', _text(oh, ot, nout), _text(eh, et, nerr), d.get('rc'),
+                      stdout_bytes=nout, stderr_bytes=nerr, isolation=d.get('isolation') or {})
+    if d.get('setup_error'): r.status, r.message = 'sandbox_error', d['setup_error'][:500]
+    elif d.get('timed_out'): r.status, r.message = 'timeout', f'timed out after {timeout:g} s'
+    elif d.get('signal'):
+        sig = d['signal']
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
-        r.status, r.message = 'killed', f'killed by {name}'
-    elif rc != 0: r.status = 'error'
+        r.status, r.message, r.return_code = 'killed', f'killed by {name}', 128 + sig
+    elif r.return_code == 71 and r.stderr.startswith('sandbox setup failed'):
+        r.status, r.message = 'sandbox_error', r.stderr.strip()[:500]
+    elif r.return_code != 0: r.status = 'error'
     return r
 
 # %% ../nbs/01b_sandbox.ipynb #2fbbf3cd
@@ -307,20 +194,17 @@ class SandboxFusionClient:
 
 # %% ../nbs/01b_sandbox.ipynb #4d09e98e
 @patch
-def _post(self: SandboxFusionClient, payload: dict) -> dict:
+async def _post(self: SandboxFusionClient, payload: dict) -> dict:
     self.attempts += 1
-    req = urllib.request.Request(self.url, data=json.dumps(payload).encode(),
-                                 headers={'Content-Type': 'application/json'}, method='POST')
-    try:
-        with urllib.request.urlopen(req, timeout=self.request_timeout) as resp:
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        if e.code in (429, 503):
-            ra = e.headers.get('Retry-After')
-            try: ra = float(ra) if ra is not None else None
-            except ValueError: ra = None
-            raise RetryLater(f'HTTP {e.code} from {self.url}', ra) from None
-        raise
+    async with httpx.AsyncClient(timeout=self.request_timeout) as client:
+        resp = await client.post(self.url, json=payload)
+    if resp.status_code in (429, 503):
+        ra = resp.headers.get('Retry-After')
+        try: ra = float(ra) if ra is not None else None
+        except ValueError: ra = None
+        raise RetryLater(f'HTTP {resp.status_code} from {self.url}', ra)
+    resp.raise_for_status()
+    return resp.json()
 
 def _fusion_result(d: dict, run_timeout: float, cap: int) -> SandboxResult:
     rr = d.get('run_result') or {}
@@ -349,7 +233,7 @@ async def run(self: SandboxFusionClient, code: str, *, workdir: str | None = Non
                'compile_timeout': self.compile_timeout, 'memory_limit_MB': self.memory_limit_mb,
                'stdin': '', 'files': {}, 'fetch_files': []}
     try:
-        d = await retry_async(lambda: asyncio.to_thread(self._post, payload),
+        d = await retry_async(lambda: self._post(payload),
                               max_retries=self.max_retries, base_delay=self.base_delay,
                               limiter=self.limiter)
         res = _fusion_result(d if isinstance(d, dict) else {}, rt, self.max_output_chars)
