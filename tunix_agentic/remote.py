@@ -136,7 +136,7 @@ async def post_rollout(self: RemoteCollector, body: dict) -> dict:
             raise RemoteRolloutError(f'POST {url} -> {r.status_code}: {msg}')
         return r.json()
 
-# %% ../nbs/13b_remote.ipynb #0ed4f8a1
+# %% ../nbs/13b_remote.ipynb #216b6b11
 @patch
 async def collect(self: RemoteCollector, task: dict, *, episode_id: str | None = None,
                   group_id: str = '', env_seed: int | None = None,
@@ -163,6 +163,7 @@ async def collect(self: RemoteCollector, task: dict, *, episode_id: str | None =
     traj = self._assemble(task, resp, turns, error, episode_id, group_id, version)
     traj.metrics.update(env_seed=env_seed, sampling_seed=sampling_seed, remote_turns=len(turns),
                         time_remote_s=time.perf_counter() - t0)
+    if resp: traj.metrics.update({f'rollout_{k}': v for k, v in (resp.get('metrics') or {}).items()})
     self._set(st, traj.status)
     self._forget_old_states()
     for fn in (self.on_trajectory, sink):

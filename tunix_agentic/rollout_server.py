@@ -294,7 +294,7 @@ async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
                            finish_reason=fr, final_messages=traj.messages, error_message=err,
                            metrics=metrics, reward=traj.reward, trajectory=traj.to_dict())
 
-# %% ../nbs/13a_rollout_server.ipynb #6779b847
+# %% ../nbs/13a_rollout_server.ipynb #861f6944
 def _rollout_app(srv: RolloutServer) -> FastAPI:
     app, s = FastAPI(title='tunix_agentic rollout server', docs_url=None, redoc_url=None), srv.settings
     install_error_handlers(app)
@@ -324,7 +324,7 @@ def _rollout_app(srv: RolloutServer) -> FastAPI:
             with srv.m_latency.time(): resp = await srv.run(req)
         finally: srv.active.discard(req.rollout_id); srv.m_active.set(len(srv.active))
         srv.m_rollouts.labels(resp.finish_reason).inc()
-        return resp.model_dump()
+        return Response(resp.model_dump_json(), media_type='application/json')
     return app
 
 # %% ../nbs/13a_rollout_server.ipynb #1ddc5f35
