@@ -90,14 +90,16 @@ class LocalSandbox:
     "Runs Python code in fresh namespaces per call, forked from a warm server (see above)."
     def __init__(self, config: SandboxConfig | None = None):
         self.config = c = config or SandboxConfig()
-        self._warned = False
+        self._warned, self._server = False, None
         self.setup = dict(hide=list(c.hide_dirs), private=['/tmp', '/var/tmp', '/dev/shm'],
                           expose=_python_paths(c.python) + list(c.expose),
                           preload=list(c.preload), uid=c.uid, gid=c.gid)
     def __repr__(self): return f'LocalSandbox({self.config})'
     def server(self) -> ForkServer:
         "The warm fork server of this sandbox's settings (started on first use)."
-        return fork_server(self.config.python, self.setup)
+        s = self._server
+        if s is None or not s.alive: s = self._server = fork_server(self.config.python, self.setup)
+        return s
     def make_workdir(self) -> str:
         "A new scratch dir, writable by the sandbox uid; the caller removes it."
         d = tempfile.mkdtemp(prefix='tunix_sbx_', dir=self.config.scratch_root)
@@ -127,7 +129,8 @@ async def run(self: LocalSandbox, code: str, *, workdir: str | None = None,
     c, t0, own, fd = self.config, time.monotonic(), None, None
     timeout = timeout or c.timeout_s
     try:
-        srv = await asyncio.to_thread(self.server)
+        srv = self._server
+        if srv is None or not srv.alive: srv = await asyncio.to_thread(self.server)
         private = c.isolation != 'none' and (srv.info['userns'] or srv.info['root'])
         if workdir is None and not private: own = workdir = self.make_workdir()
         if workdir is not None: fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
