@@ -82,7 +82,7 @@ def test_bad_requests_are_422_naming_the_field(tok):
     with EngineServer(ScriptedPolicy(tok, ['hi']), tok) as srv:
         post = lambda path, body: httpx.post(srv.url + path, json=body, timeout=10)
         cases = {'messages.0.role': {'messages': [{'role': 'robot', 'content': 'x'}]},
-                 'stream': {'messages': [{'role': 'user', 'content': 'x'}], 'stream': True},
+                 'n': {'messages': [{'role': 'user', 'content': 'x'}], 'n': 2},
                  'temperature': {'messages': [{'role': 'user', 'content': 'x'}], 'temperature': -1},
                  'prompt_token_ids': {'messages': [{'role': 'user', 'content': 'x'}],
                                       'prompt_token_ids': [10 ** 9]}}
