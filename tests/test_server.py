@@ -151,3 +151,25 @@ def test_unreachable_server_retries_then_fails():
         c.generate([[1]], [SamplingParams()])
     with pytest.raises(NotImplementedError, match='push weights'):
         c.update_params({})
+
+
+@pytest.mark.timeout(300)
+def test_jax_sampler_behind_the_server_matches_direct_sampling(tok):
+    from flax import nnx
+    from tunix_agentic.models import ModelConfig, Qwen2
+    from tunix_agentic.sampler import JaxSampler, SamplerConfig
+    mcfg = ModelConfig.tiny(vocab_size=len(tok), num_layers=1, hidden_size=32, intermediate_size=64,
+                            head_dim=16)
+    engine = JaxSampler(Qwen2(mcfg, rngs=nnx.Rngs(0)), config=SamplerConfig(max_batch=4))
+    qs = [[{'role': 'user', 'content': f'What is {i} + {i}?'}] for i in range(4)]
+    with EngineServer(engine, tok) as srv:
+        client = openai.AsyncOpenAI(base_url=srv.url + '/v1', api_key='x', max_retries=0)
+        async def ask():
+            return await asyncio.gather(*[client.chat.completions.create(
+                model='m', messages=q, temperature=0.0, max_tokens=8, seed=i) for i, q in enumerate(qs)])
+        outs = asyncio.run(ask())
+    for i, o in enumerate(outs):
+        p = SamplingParams(temperature=0.0, max_new_tokens=8, seed=i, stop_token_ids=tuple(srv.end_ids))
+        want = engine.generate([o.prompt_token_ids], [p])[0]
+        assert o.token_ids == want.token_ids
+        assert o.token_logprobs == pytest.approx(want.logprobs, abs=1e-4)

@@ -230,3 +230,34 @@ def test_load_1000_rollouts_none_lost_or_duplicated_429s_retried(tok):
     assert col.counts['rejected_429'] > 0
     assert val('rollouts_rejected_total{reason="concurrency"}') == col.counts['rejected_429']
     print(f"\n1000 rollouts at 200 concurrent, max 100: {col.counts['rejected_429']} 429s retried")
+
+
+# ---- the online loop over remote rollouts ----
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_online_loop_trains_on_remote_rollouts(tmp_path):
+    from flax import nnx
+    from tunix_agentic.loop import LoopConfig, OnlineLoop
+    from tunix_agentic.models import ModelConfig, Qwen2
+    from tunix_agentic.trainer import Trainer, TrainerConfig
+    tok = build_tiny_tokenizer()
+    mcfg = ModelConfig.tiny(vocab_size=len(tok), num_layers=1, hidden_size=32, intermediate_size=64,
+                            head_dim=16)
+    class Recording(ScriptedPolicy):
+        versions = ()
+        def update_params(self, params, version=None):
+            self.versions = (*self.versions, version); super().update_params(params, version)
+    policy = Recording(tok, SCRIPT)
+    rs = RolloutServer(RolloutSettings()).start()
+    col = RemoteCollector(policy, tok, rs.url, config=CollectConfig.tiny(group_size=2))
+    try:
+        tr = Trainer(Qwen2(mcfg, rngs=nnx.Rngs(0)), TrainerConfig.tiny(buckets=(1024,)))
+        tasks_ = [{'question': f'What is 12*34+5? #{i}', 'answer': '413' if i % 2 else '414'}
+                  for i in range(4)]
+        recs = OnlineLoop(tr, col, tasks_, LoopConfig.tiny(mode='sync', steps=2,
+                                                           output_dir=str(tmp_path))).run()
+    finally: col.close(); rs.close()
+    assert [r['step'] for r in recs] == [0, 1]
+    assert policy.versions == (0, 1, 2)  # the weights go to the engine behind the callback
+    assert recs[0]['turns'] == 3 and 0 < recs[0]['success'] < 1
+    assert all(r['max_staleness_trained'] == 0 for r in recs)
