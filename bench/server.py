@@ -9,7 +9,8 @@ trainer's EngineServer over a scripted engine in this one (CPU only; no model).
     M: every rollout must finish `stop` exactly once; reports p50/p99 latency as the client sees it
     (429 waits included) and as the server measured it, throughput, and the 429s the client retried.
 
-Usage: python bench/server.py [--episodes 200] [--rollouts 1000] [--concurrency 200] [--max-concurrent 100]
+Usage: python bench/server.py [--episodes 200] [--rollouts 1000] [--concurrency 200]
+                              [--max-concurrent 100]
 The last line states the figures.
 """
 import argparse, os, re, statistics, subprocess, sys, time
@@ -35,8 +36,9 @@ TASK = {'question': 'What is 12*34+17?', 'answer': '#### 425'}
 
 def spawn_rollout_server(**env) -> tuple[subprocess.Popen, str]:
     e = {**os.environ, 'ROLLOUT_SERVER_PORT': '0', 'HF_HUB_OFFLINE': '1', **env}
-    p = subprocess.Popen([sys.executable, '-c', 'from tunix_agentic.rollout_server import serve; serve()'],
-                         env=e, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    code = 'from tunix_agentic.rollout_server import serve; serve()'
+    p = subprocess.Popen([sys.executable, '-c', code], env=e, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True)
     url = p.stdout.readline().split()[-1]
     for _ in range(400):
         try:
@@ -129,7 +131,8 @@ def main():
     print(f"(b) {b['rollouts']} rollouts at {b['concurrency']} concurrent, max_concurrent_rollouts="
           f"{b['max_concurrent']}, tools 10-100 ms: {b['rollouts_per_s']:.1f} rollouts/s, latency "
           f"p50/p99 {b['client_p50_ms']:.0f}/{b['client_p99_ms']:.0f} ms as the client sees it "
-          f"(429 waits included), {b['server_p50_ms']:.0f}/{b['server_p99_ms']:.0f} ms on the server; "
+          f"(429 waits included), {b['server_p50_ms']:.0f}/{b['server_p99_ms']:.0f} ms on the "
+          f"server; "
           f"{b['retried_429']} 429s retried (server counted {b['server_429']:.0f}); none lost or "
           f"duplicated")
     a1, ac = a[1], a[args.concurrency]

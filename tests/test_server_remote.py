@@ -31,8 +31,8 @@ class VariedPolicy(ScriptedPolicy):
     "Scripted, with logprobs that differ per token, so a logprob mix-up would show."
     def sample_one(self, prompt_ids, params):
         o = super().sample_one(prompt_ids, params)
-        return GenerateOutput(o.token_ids, [-((t * 7 + i) % 13) / 10 for i, t in enumerate(o.token_ids)],
-                              o.finish_reason)
+        lps = [-((t * 7 + i) % 13) / 10 for i, t in enumerate(o.token_ids)]
+        return GenerateOutput(o.token_ids, lps, o.finish_reason)
 
 
 def spawn(code: str, env: dict | None = None):
@@ -76,7 +76,8 @@ def tasks(n):
 def test_remote_collection_is_identical_to_local(tok, rollout_server):
     cfg = CollectConfig(max_turns=4, group_size=2)
     env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_steps=4)
-    local = TrajectoryCollectEngine(VariedPolicy(tok, SCRIPT), tok, env_fn, config=cfg).run(tasks(8))
+    local = TrajectoryCollectEngine(VariedPolicy(tok, SCRIPT), tok, env_fn, config=cfg)
+    local = local.run(tasks(8))
     col = RemoteCollector(VariedPolicy(tok, SCRIPT), tok, rollout_server, config=cfg)
     try: remote = col.run(tasks(8))
     finally: col.close()
@@ -86,7 +87,8 @@ def test_remote_collection_is_identical_to_local(tok, rollout_server):
                         [s.mc_return for s in t.steps], t.metrics['env_seed'],
                         t.metrics['sampling_seed'])
     for r, l in zip(remote, local): assert fields(r) == fields(l)
-    assert {t.status for t in remote} == {TrajectoryStatus.DONE} and sum(t.reward for t in remote) == 16
+    assert {t.status for t in remote} == {TrajectoryStatus.DONE}
+    assert sum(t.reward for t in remote) == 16
     assert len(set(remote[0].logprobs)) > 5  # per-token logprobs, not one constant
 
 
@@ -99,7 +101,8 @@ class Slow(ScriptedPolicy):
     def generate(self, prompts, params):
         time.sleep(1.0); return super().generate(prompts, params)
 tok = build_tiny_tokenizer()
-srv = EngineServer(Slow(tok, ['<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>']), tok)
+call = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
+srv = EngineServer(Slow(tok, [call]), tok)
 print('engine on', srv.url, flush=True)
 srv.http.server.run(sockets=[srv.http.sock])
 '''
@@ -115,7 +118,8 @@ def test_killed_engine_ends_the_rollout_as_error_and_the_server_keeps_serving(to
     eng, eng_url = spawn(ENGINE)
     with concurrent.futures.ThreadPoolExecutor(1) as ex:
         t0 = time.monotonic()
-        fut = ex.submit(httpx.post, rollout_server + '/rollout', json=body('kill-1', eng_url), timeout=60)
+        fut = ex.submit(httpx.post, rollout_server + '/rollout', json=body('kill-1', eng_url),
+                        timeout=60)
         time.sleep(1.5)  # the first turn finished, the second is being sampled
         eng.kill(); eng.wait()
         r = fut.result().json()
@@ -125,7 +129,8 @@ def test_killed_engine_ends_the_rollout_as_error_and_the_server_keeps_serving(to
     assert took < 30
     assert httpx.get(rollout_server + '/health').json()['active_rollouts'] == 0
     with EngineServer(ScriptedPolicy(tok, SCRIPT), tok) as live:  # the server still serves
-        ok = httpx.post(rollout_server + '/rollout', json=body('kill-2', live.url), timeout=60).json()
+        ok = httpx.post(rollout_server + '/rollout', json=body('kill-2', live.url), timeout=60)
+        ok = ok.json()
     assert ok['finish_reason'] == 'stop', ok
 
 
@@ -212,7 +217,8 @@ def test_fuzzed_chat_bodies_get_4xx_never_500(tok):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_load_1000_rollouts_none_lost_or_duplicated_429s_retried(tok):
-    p, url = spawn(SERVE_ROLLOUT, {'MAX_CONCURRENT_ROLLOUTS': '100', 'ROLLOUT_TOOL_LATENCY_MS': '10,100'})
+    p, url = spawn(SERVE_ROLLOUT, {'MAX_CONCURRENT_ROLLOUTS': '100',
+                                   'ROLLOUT_TOOL_LATENCY_MS': '10,100'})
     try:
         col = RemoteCollector(ScriptedPolicy(tok, SCRIPT), tok, url,
                               config=CollectConfig(max_turns=4, group_size=1, max_concurrency=200))

@@ -14,8 +14,9 @@ from tunix_agentic.streaming import StreamingToolParser, text_deltas
 from tunix_agentic.tokenizer import build_tiny_tokenizer
 from tunix_agentic.tools import calculator_tools
 
-FRAGMENTS = ['Let me', ' compute', '.', ' ', '\n', '  ', '✓', '<tool_call>', '</tool_call>', '<tool_c',
-             '<tool_', '</tool', '<think>', '</think>', '<|python_tag|>', ';', '{', '}', '"',
+FRAGMENTS = ['Let me', ' compute', '.', ' ', '\n', '  ', '✓', '<tool_call>', '</tool_call>',
+             '<tool_c', '<tool_', '</tool', '<think>', '</think>', '<|python_tag|>', ';', '{', '}',
+             '"',
              '{"name": "add", "arguments": {"a": 1, "b": 2}}',
              '{"name": "multiply", "arguments": "{\\"a\\": 3, \\"b\\": 4}"}',
              '{"name": "x", "arguments": {"s": "</tool_call> <tool_call>"}}',
@@ -92,7 +93,8 @@ def test_openai_client_stream_equals_whole_answer(tok, script):
         client = openai.OpenAI(base_url=srv.url + '/v1', api_key='x', max_retries=0)
         kw = dict(model='m', tools=tools, messages=[{'role': 'user', 'content': 'hi'}])
         whole = client.chat.completions.create(**kw)
-        events = list(client.chat.completions.create(stream=True, stream_options={'include_usage': True}, **kw))
+        events = list(client.chat.completions.create(
+            stream=True, stream_options={'include_usage': True}, **kw))
     m = whole.choices[0].message
     content = ''.join(e.choices[0].delta.content or '' for e in events if e.choices)
     calls = [tc.function for e in events if e.choices for tc in e.choices[0].delta.tool_calls or []]

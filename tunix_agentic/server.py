@@ -28,7 +28,7 @@ _log = logging.getLogger(__name__)
 class EngineHTTPError(RuntimeError):
     "A server refused or failed a request, or did not answer in time."
 
-# %% ../nbs/13_server.ipynb #4bc40c7b
+# %% ../nbs/13_server.ipynb #ccab1640
 def error_response(code: int, message: str, headers: dict | None = None) -> JSONResponse:
     "An OpenAI-shaped error answer."
     kind = {401: 'authentication_error', 404: 'not_found_error', 409: 'conflict_error',
@@ -46,7 +46,8 @@ def install_error_handlers(app: FastAPI):
     @app.exception_handler(RequestValidationError)
     async def _invalid(request, exc): return error_response(422, validation_message(exc.errors()))
     @app.exception_handler(StarletteHTTPException)  # ours, FastAPI's (bad bodies) and 404s
-    async def _http(request, exc): return error_response(exc.status_code, str(exc.detail), exc.headers)
+    async def _http(request, exc):
+        return error_response(exc.status_code, str(exc.detail), exc.headers)
     @app.exception_handler(Exception)
     async def _bug(request, exc):
         _log.exception('unhandled error on %s %s', request.method, request.url.path)
@@ -289,7 +290,7 @@ async def complete(self: EngineServer, req: CompletionRequest) -> dict:
             'usage': _usage(prompt, out), 'prompt_token_ids': prompt,
             'token_ids': out.token_ids, 'token_logprobs': out.logprobs}
 
-# %% ../nbs/13_server.ipynb #a4a05a34
+# %% ../nbs/13_server.ipynb #7a64a1aa
 class GenerateRequest(BaseModel):
     "POST /generate: prompts of token ids and their SamplingParams fields."
     model_config = ConfigDict(extra='forbid')
@@ -302,7 +303,8 @@ def params_from_json(d: Any) -> SamplingParams:
     "SamplingParams from a JSON object; unknown or invalid fields raise ValueError naming them."
     if d is None: return SamplingParams()
     unknown = sorted(set(d) - _PARAM_FIELDS)
-    if unknown: raise ValueError(f'unknown sampling params {unknown}; known: {sorted(_PARAM_FIELDS)}')
+    if unknown:
+        raise ValueError(f'unknown sampling params {unknown}; known: {sorted(_PARAM_FIELDS)}')
     return SamplingParams(**{k: tuple(v) if k == 'stop_token_ids' else v for k, v in d.items()})
 
 def params_to_json(p: SamplingParams) -> dict:
@@ -318,9 +320,10 @@ async def generate_batch(self: EngineServer, req: GenerateRequest) -> dict:
         ps = [params_from_json(x) for x in raw] if isinstance(raw, list) else params_from_json(raw)
         ps = as_params_list(ps, len(req.prompts))
     except (ValueError, TypeError) as e: raise HTTPException(422, f'params: {e}')
-    try: outs = await asyncio.gather(*[self.engine.agenerate(p, sp) for p, sp in zip(req.prompts, ps)])
+    try: outs = await asyncio.gather(*map(self.engine.agenerate, req.prompts, ps))
     except Exception as e: raise HTTPException(500, f'engine failed: {type(e).__name__}: {e}')
-    return {'outputs': [o.__dict__ for o in outs], 'policy_version': int(self.engine.policy_version)}
+    return {'outputs': [o.__dict__ for o in outs],
+            'policy_version': int(self.engine.policy_version)}
 
 # %% ../nbs/13_server.ipynb #e3d23958
 def _engine_app(srv: EngineServer) -> FastAPI:
@@ -347,7 +350,7 @@ def _engine_app(srv: EngineServer) -> FastAPI:
     async def generate(req: GenerateRequest): return JSONResponse(await srv.generate_batch(req))
     return app
 
-# %% ../nbs/13_server.ipynb #d82c554c
+# %% ../nbs/13_server.ipynb #fb0dc591
 class HttpRollout(BaseRollout):
     "A BaseRollout that samples from an EngineServer's /generate over HTTP."
     def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 120.0,
@@ -369,7 +372,8 @@ class HttpRollout(BaseRollout):
                 raise EngineHTTPError(f'{method} {self.url}{path} -> {r.status_code}: {msg}')
             return r.json()
     def health(self) -> dict: return self._request('GET', '/health')
-    def generate(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerateOutput]:
+    def generate(self, prompts: list[list[int]],
+                 params: list[SamplingParams]) -> list[GenerateOutput]:
         params = as_params_list(params, len(prompts))
         r = self._request('POST', '/generate', {'prompts': [list(map(int, p)) for p in prompts],
                                                  'params': [params_to_json(p) for p in params]})
@@ -377,5 +381,6 @@ class HttpRollout(BaseRollout):
         return [GenerateOutput(**o) for o in r['outputs']]
     def update_params(self, params: Any, version: int | None = None):
         raise NotImplementedError('HttpRollout samples from a remote engine: push weights to the '
-                                  'engine behind the EngineServer (engine.update_params) on that host')
+                                  'engine behind the EngineServer (engine.update_params) on that '
+                                  'host')
     def close(self): super().close(); self.client.close()
