@@ -5,7 +5,7 @@ Runs as whoever runs pytest; `test_attacks_as_unprivileged_user` (root only) run
 as a throwaway unprivileged user made with `useradd`, so CI covers both privilege levels. Attacks
 whose defence needs something this machine lacks (user namespaces, ...) skip and say what.
 """
-import asyncio, dataclasses, os, shutil, socket, stat, subprocess, sys, tempfile, time, uuid
+import asyncio, dataclasses, os, pwd, shutil, socket, stat, subprocess, sys, tempfile, time, uuid
 
 import pytest
 
@@ -325,6 +325,29 @@ def _untraversable_top(path):
     return None
 
 
+def _kill_uid(uid):
+    "Stop, then kill, every process of `uid` (the throwaway user's, should an attack escape)."
+    def pids():
+        out = []
+        for p in filter(str.isdigit, os.listdir('/proc')):
+            try:
+                if os.stat(f'/proc/{p}').st_uid == uid: out.append(int(p))
+            except OSError: pass
+        return out
+    seen = set()
+    for _ in range(50):
+        new = [p for p in pids() if p not in seen]
+        if not new: break
+        for p in new:
+            try: os.kill(p, 19)  # SIGSTOP: a stopped process cannot fork
+            except OSError: pass
+        seen.update(new)
+    for p in seen:
+        try: os.kill(p, 9)
+        except OSError: pass
+    return len(seen)
+
+
 @pytest.mark.timeout(300)
 def test_attacks_as_unprivileged_user():
     if os.environ.get('TUNIX_SBX_UNPRIV'): pytest.skip('already the unprivileged run')
@@ -357,6 +380,10 @@ def test_attacks_as_unprivileged_user():
         skips = [l for l in p.stdout.splitlines() if l.startswith('SKIPPED')]
         # with user namespaces nothing may be missing; without them, skips say what is missing
         assert all('userns=False' in l or 'already the unprivileged run' in l for l in skips), skips
+        time.sleep(0.5)
+        assert _kill_uid(pwd.getpwnam(user).pw_uid) == 0, 'processes of the unprivileged run survived'
+
     finally:
+        left = _kill_uid(pwd.getpwnam(user).pw_uid)
         subprocess.run(['userdel', user], capture_output=True)
         shutil.rmtree(visible, ignore_errors=True); shutil.rmtree(home, ignore_errors=True)
