@@ -27,7 +27,7 @@ _S = TrajectoryStatus
 class RemoteRolloutError(RuntimeError):
     "The rollout server could not be reached or refused an episode."
 
-# %% ../nbs/13b_remote.ipynb #3742dd76
+# %% ../nbs/13b_remote.ipynb #651158e6
 def _first_diff(a: list, b: list) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
@@ -40,7 +40,10 @@ def assemble_ids(turns: list[dict], final_ids: list[int] | None = None
         if p[:len(ids)] != ids:
             raise ValueError(f'turn {k}: its prompt does not extend the earlier turns (first '
                              f'difference at token {_first_diff(p, ids)}): re-tokenisation drift')
-        new, out = p[len(ids):], list(t['token_ids'])
+        new, out, rm = p[len(ids):], list(t['token_ids']), t.get('response_mask')
+        if rm is not None and len(rm) != len(new):  # seed 004: one entry per new prompt token
+            raise ValueError(f'turn {k}: response_mask has {len(rm)} entries for {len(new)} new '
+                             f'prompt tokens')
         ids += new + out; mask += [0] * len(new) + [1] * len(out)
         lps += [0.0] * len(new) + [float(x) for x in t['logprobs']]
     prompt_len = len(turns[0]['prompt_ids']) if turns else len(final_ids or [])
