@@ -1,39 +1,63 @@
-"The demo pipeline end to end on its tiny preset (numbers meaningless; files and fields checked)."
+"The demo pipeline: tasks, teacher, diagnosis, and the whole run on its tiny preset (numbers meaningless)."
 import json, random, pytest
-from tunix_agentic.demo import (run_demo, DemoConfig, make_splits, demonstration, format_summary,
-                                demo_turns)
+from tunix_agentic.calc_tasks import (COMPOSITIONS, Teacher, make_splits, demonstrations, diagnose,
+                                      parse_question)
+from tunix_agentic.demo import run_demo, run_seeds, DemoConfig, format_summary
 from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.parsers import get_tool_parser
 
-@pytest.mark.parametrize('kind', ['add_mul', 'mul_add'])
-def test_splits_and_demonstrations(kind):
-    train, held = make_splits(3, 500, 50, kind)
+
+def test_splits_cover_every_composition_and_never_overlap():
+    train, held = make_splits(3, 500, 50)
     assert not {t['question'] for t in train} & {t['question'] for t in held}
+    assert {t['kind'] for t in held} == set(COMPOSITIONS)
+    for t in train + held:
+        q = parse_question(t['question'])
+        assert (q['kind'], q['a'], q['b'], q['c']) == (t['kind'], t['a'], t['b'], t['c'])
+        assert int(t['answer']) == int(eval(t['question'][8:-1].replace('/', '//')))
+
+
+def test_demonstrations_are_real_episodes_with_tool_schemas():
     tok = build_tiny_tokenizer()
-    t = train[0]
-    d = demonstration(t, tok)
-    # three assistant turns, each ending in <|im_end|>, are the only mask-1 tokens
-    resp = tok.decode([i for i, m in zip(d.input_ids, d.response_mask) if m])
-    assert resp.count('<|im_end|>') == 3 and resp.count('<tool_call>') == 2
-    calls = [get_tool_parser('qwen').parse(x).calls for x in demo_turns(t)[:2]]
-    a, b, c = t['a'], t['b'], t['c']
-    if kind == 'mul_add':
-        assert [x[0].name for x in calls] == ['multiply', 'add'] and int(t['answer']) == a * b + c
-        assert calls[1][0].arguments == {'a': a * b, 'b': c}
-    else:
-        assert [x[0].name for x in calls] == ['add', 'multiply'] and int(t['answer']) == (a + b) * c
-        assert calls[1][0].arguments == {'a': a + b, 'b': c}
-    assert all(len(x['answer']) == 5 for x in train + held)
-    # noisy demonstrations differ in exactly one digit of one assistant turn
-    n = demonstration(t, tok, noise=0.999, rng=random.Random(1))
-    assert n.input_ids != d.input_ids and len(n.input_ids) == len(d.input_ids)
+    _, held = make_splits(0, 10, 10)
+    demos = demonstrations(held, tok)
+    assert [d.reward for d in demos] == [1.0] * 10 and all(d.status.value == 'done' for d in demos)
+    for d in demos:
+        prompt = tok.decode(d.input_ids[:d.prompt_len])
+        assert all(f'"name": "{n}"' in prompt for n in ('add', 'subtract', 'multiply', 'divide'))
+        resp = tok.decode([i for i, m in zip(d.input_ids, d.response_mask) if m])
+        assert resp.count('<|im_end|>') == 3 and resp.count('<tool_call>') == 2
+    assert diagnose(demos)['tool_choice'] == 1.0
+
+
+def test_teacher_error_rates_show_in_the_diagnosis():
+    tok = build_tiny_tokenizer()
+    train, _ = make_splits(1, 300, 5)
+    d = diagnose(demonstrations(train, tok, Teacher(wrong_tool=0.2, wrong_arg=0.15, wrong_answer=0.1)))
+    assert 0.72 < d['tool_choice'] < 0.88, d
+    assert 0.78 < d['arguments'] < 0.92, d
+    assert 0.3 < d['final_answer'] < 0.6, d
+
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_run_demo_tiny(tmp_path):
-    s = run_demo(DemoConfig.tiny(output_dir=str(tmp_path)))
-    assert 0 <= s['heldout_success_before_rl'] <= 1 and 0 <= s['heldout_success_after_rl'] <= 1
-    assert (tmp_path / 'demo.png').stat().st_size > 1000
-    assert json.loads((tmp_path / 'summary.json').read_text())['config']['rl_steps'] == 1
-    assert list((tmp_path / 'grpo' / 'rollouts').glob('step_*.jsonl'))
-    assert 'held-out success' in format_summary(s)
+@pytest.mark.timeout(900)
+def test_run_seeds_tiny(tmp_path):
+    res = run_seeds(DemoConfig.tiny(output_dir=str(tmp_path)), [0, 1])
+    assert '| 0 |' in res['table'] and '| 1 |' in res['table'] and 'mean ± sd' in res['table']
+    for s in res['runs']:
+        assert 0 <= s['heldout_success_before_rl'] <= 1 and 0 <= s['heldout_success_after_rl'] <= 1
+        out = tmp_path / f"seed_{s['seed']}"
+        assert (out / 'demo.png').stat().st_size > 1000
+        assert json.loads((out / 'summary.json').read_text())['config']['rl_steps'] == 1
+        assert list((out / 'grpo' / 'rollouts').glob('step_*.jsonl'))
+        assert 'held-out success' in format_summary(s)
+    assert (tmp_path / 'seeds.png').stat().st_size > 1000
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_rerun_prints_the_same_numbers(tmp_path):
+    "Same seed, same machine: identical summaries (times aside)."
+    a = run_demo(DemoConfig.tiny(output_dir=str(tmp_path / 'a'), seed=5))
+    b = run_demo(DemoConfig.tiny(output_dir=str(tmp_path / 'b'), seed=5))
+    for k in ('diagnosis_before_rl', 'diagnosis_after_rl', 'grpo_train_success', 'sft_final_loss'):
+        assert a[k] == b[k], k

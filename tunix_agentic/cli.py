@@ -75,17 +75,25 @@ def _cmd_episode(args) -> int:
 
 # %% ../nbs/12_cli.ipynb #45918501
 def _cmd_demo(args) -> int:
-    "Run the CPU demo: SFT warm start, then GRPO with multi-turn tool use."
-    from tunix_agentic.demo import DemoConfig, run_demo, format_summary
+    "Run the CPU demo for one seed or several: SFT warm start, then GRPO with multi-turn tool use."
+    from tunix_agentic.demo import DemoConfig, run_demo, run_seeds, format_summary
     cfg = DemoConfig.tiny() if args.quick else DemoConfig.cpu()
-    overrides = {k: v for k, v in [('output_dir', str(args.out) if args.out else None), ('seed', args.seed)] if v is not None}
-    if overrides: cfg = cfg.replace(**overrides)
+    overrides = {'output_dir': str(args.out) if args.out else None, 'wandb_project': args.wandb,
+                 'seed': args.seeds[0] if args.seeds and len(args.seeds) == 1 else None}
+    cfg = cfg.replace(**{k: v for k, v in overrides.items() if v is not None})
     if not args.verbose:
         logging.getLogger('tunix_agentic.chat').setLevel(logging.ERROR)
         logging.getLogger('tunix_agentic.demo').setLevel(logging.INFO)
-    print(f'tunix-agentic demo: SFT then GRPO on (a + b) * c with calculator tools; output in {cfg.output_dir}', flush=True)
-    result = run_demo(cfg)
-    print(format_summary(result))
+    seeds = args.seeds or [cfg.seed]
+    print(f'tunix-agentic demo: SFT then GRPO on two-call calculator problems (add, subtract, multiply, '
+          f'divide), seed(s) {" ".join(map(str, seeds))}; output in {cfg.output_dir}', flush=True)
+    if len(seeds) == 1:
+        print(format_summary(run_demo(cfg)))
+        return 0
+    res = run_seeds(cfg, seeds)
+    for s in res['runs']: print(format_summary(s))
+    print('\n' + res['table'])
+    print(f"table {res['paths']['table']}; figure {res['plot']}; summaries {res['paths']['summaries']}")
     return 0
 
 # %% ../nbs/12_cli.ipynb #cd3c2ca0
@@ -96,7 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest='command', required=True, metavar='COMMAND')
     d = sub.add_parser('demo', help='SFT then GRPO on a multi-call calculator task, on the tiny model (CPU, <10 min)')
     d.add_argument('--out', type=Path, default=None, help='output folder (metrics, plot, dumps, checkpoints)')
-    d.add_argument('--seed', type=int, default=None, help='random seed')
+    d.add_argument('--seed', '--seeds', dest='seeds', type=int, nargs='+', default=None,
+                   help='seed(s); several run one after another and print one table')
+    d.add_argument('--wandb', metavar='PROJECT', default=None,
+                   help='also log to this Weights & Biases project (needs wandb)')
     d.add_argument('--quick', action='store_true', help='a much shorter run, to check the pipeline')
     d.set_defaults(fn=_cmd_demo)
     e = sub.add_parser('episode', help='one scripted calculator episode, printed with tokens and masks')

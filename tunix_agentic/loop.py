@@ -4,7 +4,7 @@
 
 # %% ../nbs/10c_loop.ipynb #c7ae6104
 from __future__ import annotations
-import asyncio, concurrent.futures, json, logging, math, time
+import asyncio, concurrent.futures, dataclasses, json, logging, math, time
 from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
@@ -17,7 +17,8 @@ from .dumps import DumpWriter
 log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['log', 'LoopConfig', 'rollout_metrics', 'read_metrics', 'plot_metrics', 'OnlineLoop', 'run_coro']
+__all__ = ['log', 'LoopConfig', 'rollout_metrics', 'read_metrics', 'plot_metrics', 'MetricSinks', 'read_tb_scalars', 'OnlineLoop',
+           'run_coro']
 
 # %% ../nbs/10c_loop.ipynb #e759fa5b
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +34,8 @@ class LoopConfig:
     plot_every: int = 1             # redraw metrics.png every this many steps (0 = only at the end)
     save_every: int = 0             # orbax checkpoint period in steps (0 = never)
     progress: bool = True           # tqdm bar
+    tensorboard: bool = True        # also write TensorBoard events to tb/ (if tensorboardX is installed)
+    wandb_project: str | None = None  # also log to this Weights & Biases project (if wandb is installed)
     def __post_init__(self):
         if self.mode not in ('sync', 'async'):
             raise ValueError(f"LoopConfig.mode={self.mode!r}; expected 'sync' or 'async'")
@@ -88,6 +91,49 @@ def plot_metrics(records: Sequence[dict], path: str | Path,
     fig.savefig(path, dpi=80); plt.close(fig)
     return path
 
+# %% ../nbs/10c_loop.ipynb #d5787ce0
+class MetricSinks:
+    "TensorBoard events and a W&B run for scalar metrics, each used when installed and asked for."
+    def __init__(self, out: str | Path, # the run's folder: events go to `out/tb`
+                 tensorboard: bool = True, wandb_project: str | None = None, config: dict | None = None):
+        self.tb = self.wandb = None
+        if tensorboard:
+            try: from tensorboardX import SummaryWriter
+            except ImportError: log.info('tensorboardX is not installed; no TensorBoard events')
+            else: self.tb = SummaryWriter(str(Path(out) / 'tb'), flush_secs=10)
+        if wandb_project:
+            try: import wandb
+            except ImportError:
+                log.warning('wandb_project=%r, but wandb is not installed (pip install wandb); '
+                            'metrics go to metrics.jsonl only', wandb_project)
+            else: self.wandb = wandb.init(project=wandb_project, dir=str(out), config=config or {})
+
+    def write(self, step: int, rec: dict, prefix: str = ''):
+        "Log the numeric entries of `rec` at `step`, their names prefixed (e.g. 'grpo/')."
+        nums = {prefix + k: float(v) for k, v in rec.items() if k != 'step' and
+                isinstance(v, (int, float, np.number)) and not isinstance(v, bool) and math.isfinite(v)}
+        if self.tb is not None:
+            for k, v in nums.items(): self.tb.add_scalar(k, v, step)
+        if self.wandb is not None: self.wandb.log({**nums, prefix + 'step': step})
+
+    def close(self):
+        if self.tb is not None: self.tb.close()
+        if self.wandb is not None: self.wandb.finish()
+        self.tb = self.wandb = None
+
+def read_tb_scalars(folder: str | Path) -> dict[str, list[tuple[int, float]]]:
+    "Scalars of the TensorBoard event files in `folder`: tag -> [(step, value)] (needs tensorboardX)."
+    import struct
+    from tensorboardX.proto.event_pb2 import Event
+    out: dict[str, list] = {}
+    for f in sorted(Path(folder).glob('events.out.tfevents.*')):
+        data = f.read_bytes()
+        while len(data) >= 12:  # TFRecord: length, its crc, the record, its crc
+            n = struct.unpack('<Q', data[:8])[0]
+            ev = Event.FromString(data[12:12 + n]); data = data[16 + n:]
+            for v in ev.summary.value: out.setdefault(v.tag, []).append((ev.step, round(v.simple_value, 3)))
+    return out
+
 # %% ../nbs/10c_loop.ipynb #c8c541eb
 class OnlineLoop:
     "Collect → queue → train → push weights, sync or async with bounded staleness."
@@ -96,12 +142,13 @@ class OnlineLoop:
                  tasks: Iterable[dict], # task rows, cycled
                  cfg: LoopConfig | None = None,
                  *, success_threshold: float = 1.0, # reward counted as a success
-                 on_step: Callable[[int, dict], Any] | None = None): # called after each step
+                 on_step: Callable[[int, dict], Any] | None = None, # called after each step
+                 sinks: MetricSinks | None = None): # where metrics go besides metrics.jsonl
         self.trainer, self.collector, self.cfg = trainer, collector, cfg or LoopConfig()
         self._tasks = list(tasks)
         if not self._tasks: raise ValueError('OnlineLoop needs at least one task, got none')
         self._next_task = count()
-        self.success_threshold, self.on_step = success_threshold, on_step
+        self.success_threshold, self.on_step, self.sinks = success_threshold, on_step, sinks
         self.out = Path(self.cfg.output_dir)
         self.records: list[dict] = []
         self.dropped_stale = 0
@@ -142,6 +189,7 @@ def train_on(self: OnlineLoop, step: int, trajs: list[Trajectory], extra: dict) 
     self.records.append(rec)
     self.out.mkdir(parents=True, exist_ok=True)
     with open(self.metrics_path, 'a') as f: f.write(json.dumps(rec) + '\n')
+    if self.sinks is not None: self.sinks.write(step, rec, 'grpo/')
     if c.dump_rollouts:
         with DumpWriter(self.out / 'rollouts', step) as w:
             for t in trajs: w.write(t)
@@ -222,7 +270,12 @@ async def arun(self: OnlineLoop) -> list[dict]:
     self.out.mkdir(parents=True, exist_ok=True)
     if self.metrics_path.exists(): self.metrics_path.unlink()
     self.push_weights()
-    recs = await (self._run_sync() if self.cfg.mode == 'sync' else self._run_async())
+    own = self.sinks is None
+    if own: self.sinks = MetricSinks(self.out, self.cfg.tensorboard, self.cfg.wandb_project,
+                                     config={'loop': dataclasses.asdict(self.cfg)})
+    try: recs = await (self._run_sync() if self.cfg.mode == 'sync' else self._run_async())
+    finally:
+        if own: self.sinks.close(); self.sinks = None
     if self.records: plot_metrics(self.records, self.plot_path)
     log.info('loop done: %d steps, metrics in %s, rollouts in %s', len(recs), self.metrics_path,
              self.out / 'rollouts')
