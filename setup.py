@@ -21,8 +21,8 @@ def split_reqs(key):
     "Requirements are space-separated in settings.ini."
     return cfg.get(key, '').split()
 
-extras = {'cpu': split_reqs('cpu_requirements'), 'tpu': split_reqs('tpu_requirements'),
-          'dev': split_reqs('dev_requirements')}
+# every `<name>_requirements` key of settings.ini is the extra `<name>` (cpu, tpu, dev, tensorboard, ...)
+extras = {k[:-len('_requirements')]: split_reqs(k) for k in cfg if k.endswith('_requirements')}
 setuptools.setup(
     name=cfg['lib_name'],
     license='Apache-2.0',
