@@ -59,7 +59,7 @@ def assemble_ids(turns: list[dict], final_ids: list[int] | None = None
         prompt_len = min(prompt_len, len(ids))
     return ids, mask, lps, prompt_len
 
-# %% ../nbs/13b_remote.ipynb #ffd56315
+# %% ../nbs/13b_remote.ipynb #b9f3c5e5
 class RemoteCollector(TrajectoryCollectEngine):
     "A collector whose episodes run on a remote rollout server, sampling from our engine."
     def __init__(self, rollout: BaseRollout, tokenizer, rollout_url: str, *,
@@ -83,6 +83,7 @@ class RemoteCollector(TrajectoryCollectEngine):
         self.rollout_headers = ({'Authorization': f'Bearer {rollout_api_key}'}
                                 if rollout_api_key else {})
         self.engine_server = EngineServer(rollout, tokenizer, api_key=self.api_key,
+                                          max_tokens=max(512, self.config.sampling.max_new_tokens),
                                           host=callback_host, port=callback_port)
         self.callback_url = callback_url or self.engine_server.url
         self.counts: Counter = Counter()  # posted, rejected_429, connect_retries, failed

@@ -156,7 +156,7 @@ class CompletionRequest(SamplingFields):
     prompt: str | list[NonNegativeInt] = Field(min_length=1)
     logprobs: int | None = Field(None, ge=0, le=20)
 
-# %% ../nbs/13_server.ipynb #2ccc1127
+# %% ../nbs/13_server.ipynb #976bfcfb
 class EngineServer:
     "OpenAI-compatible chat/completions/models over a BaseRollout, with token ids and logprobs."
     def __init__(self, engine: BaseRollout, tokenizer, # renders messages; decodes samples
@@ -164,9 +164,9 @@ class EngineServer:
                  parser: str = 'qwen', # tool-call parser name (`parsers.get_tool_parser`)
                  api_key: str | None = None, # required bearer token (None: open)
                  host: str = '127.0.0.1', port: int = 0, # 0: any free port
-                 max_tokens: int = 512): # sampling cap when a request names none
+                 max_tokens: int = 512): # default and upper bound of a request's max_tokens
         self.engine, self.tokenizer, self.model, self.api_key = engine, tokenizer, model, api_key
-        self.parser, self.default_max_tokens = get_tool_parser(parser), max_tokens
+        self.parser, self.max_tokens = get_tool_parser(parser), max_tokens
         ids = [tokenizer.convert_tokens_to_ids('<|im_end|>'), tokenizer.eos_token_id]
         unk = getattr(tokenizer, 'unk_token_id', None)
         self.end_ids = sorted({int(i) for i in ids if i is not None and i != unk})
@@ -208,7 +208,7 @@ def render(self: EngineServer, messages: list[ChatMessage], tools: list[dict] | 
     except Exception as e: raise HTTPException(422, f'messages: the chat template failed: {e}')
     return [int(i) for i in (ids['input_ids'] if isinstance(ids, dict) else ids)]
 
-# %% ../nbs/13_server.ipynb #2fa34784
+# %% ../nbs/13_server.ipynb #5314c1e6
 @patch
 async def sample(self: EngineServer, prompt: list[int], req: SamplingFields,
                  max_tokens: int | None = None) -> GenerateOutput:
@@ -217,10 +217,13 @@ async def sample(self: EngineServer, prompt: list[int], req: SamplingFields,
     if bad is not None:
         raise HTTPException(422, f'prompt_token_ids: id {bad} is outside the vocabulary '
                                  f'(size {self.vocab_size})')
+    if max_tokens is not None and max_tokens > self.max_tokens:  # a big one could exhaust memory
+        raise HTTPException(422, f'max_tokens: {max_tokens} is more than this server samples '
+                                 f'({self.max_tokens})')
     stops = tuple(sorted(set(req.stop_token_ids or ()) | set(self.end_ids)))
     try:
         params = SamplingParams(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
-                                max_new_tokens=max_tokens or self.default_max_tokens,
+                                max_new_tokens=max_tokens or self.max_tokens,
                                 stop_token_ids=stops, seed=req.seed)
     except ValueError as e: raise HTTPException(422, str(e))
     try: out = await self.engine.agenerate(prompt, params)
