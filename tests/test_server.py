@@ -89,7 +89,8 @@ def test_bad_requests_are_422_naming_the_field(tok):
                  'temperature': {'messages': [{'role': 'user', 'content': 'x'}], 'temperature': -1},
                  'prompt_token_ids': {'messages': [{'role': 'user', 'content': 'x'}],
                                       'prompt_token_ids': [10 ** 9]},
-                 'max_tokens': {'messages': [{'role': 'user', 'content': 'x'}], 'max_tokens': 10 ** 6}}
+                 'max_tokens': {'messages': [{'role': 'user', 'content': 'x'}],
+                                'max_tokens': 10 ** 6}}
         for field, body in cases.items():
             r = post('/v1/chat/completions', body)
             assert r.status_code == 422 and field in r.json()['error']['message'], (field, r.text)
