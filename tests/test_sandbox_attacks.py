@@ -325,18 +325,20 @@ def _untraversable_top(path):
     return None
 
 
+def _pids_of(uid):
+    out = []
+    for p in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            if os.stat(f'/proc/{p}').st_uid == uid: out.append(int(p))
+        except OSError: pass
+    return out
+
+
 def _kill_uid(uid):
     "Stop, then kill, every process of `uid` (the throwaway user's, should an attack escape)."
-    def pids():
-        out = []
-        for p in filter(str.isdigit, os.listdir('/proc')):
-            try:
-                if os.stat(f'/proc/{p}').st_uid == uid: out.append(int(p))
-            except OSError: pass
-        return out
     seen = set()
     for _ in range(50):
-        new = [p for p in pids() if p not in seen]
+        new = [p for p in _pids_of(uid) if p not in seen]
         if not new: break
         for p in new:
             try: os.kill(p, 19)  # SIGSTOP: a stopped process cannot fork
@@ -380,8 +382,9 @@ def test_attacks_as_unprivileged_user():
         skips = [l for l in p.stdout.splitlines() if l.startswith('SKIPPED')]
         # with user namespaces nothing may be missing; without them, skips say what is missing
         assert all('userns=False' in l or 'already the unprivileged run' in l for l in skips), skips
-        time.sleep(0.5)
-        assert _kill_uid(pwd.getpwnam(user).pw_uid) == 0, 'processes of the unprivileged run survived'
+        uid, t0 = pwd.getpwnam(user).pw_uid, time.monotonic()
+        while _pids_of(uid) and time.monotonic() - t0 < 10: time.sleep(0.1)  # exits take a moment
+        assert _kill_uid(uid) == 0, 'processes of the unprivileged run survived'
 
     finally:
         left = _kill_uid(pwd.getpwnam(user).pw_uid)

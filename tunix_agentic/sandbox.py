@@ -35,6 +35,7 @@ class SandboxConfig:
     disk_inodes: int = 16384  # files and dirs in that tmpfs
     isolation: str = 'auto'  # 'auto' | 'strict' (refuse if anything is missing) | 'none'
     userns: bool = True  # False: no user namespaces, as on machines without them (tests)
+    pool_size: int = 2  # launchers the fork server keeps ready, namespaces and all
     uid: int = 65534  # the code's uid (and, as root, its user namespace's owner)
     gid: int = 65534
     hide_dirs: tuple[str, ...] = ('/root', '/home', '/run', '/mnt', '/media', '/srv')
@@ -94,7 +95,8 @@ class LocalSandbox:
         self._warned, self._server = False, None
         self.setup = dict(hide=list(c.hide_dirs), private=['/tmp', '/var/tmp', '/dev/shm'],
                           expose=_python_paths(c.python) + list(c.expose),
-                          preload=list(c.preload), uid=c.uid, gid=c.gid, userns=c.userns)
+                          preload=list(c.preload), uid=c.uid, gid=c.gid, userns=c.userns,
+                          pool=c.pool_size)
     def __repr__(self): return f'LocalSandbox({self.config})'
     def server(self) -> ForkServer:
         "The warm fork server of this sandbox's settings (started on first use)."
