@@ -17,7 +17,7 @@ so its CPU column is not comparable). Throughput phases are interleaved in chunk
 from other processes on the machine hits both alike. `--bwrap` adds bubblewrap (spawn per call:
 `bwrap --unshare-all ... python -c`), for comparison only.
 
-Usage: python bench/sandbox.py [--n 60] [--concurrency 4] [--rounds 3] [--bwrap]
+Usage: python bench/sandbox.py [--n 60] [--concurrency 4] [--rounds 3] [--pool 4] [--bwrap]
 The last line states the figures.
 """
 import argparse, asyncio, os, shutil, statistics, sys, time
@@ -80,7 +80,7 @@ def pct(xs, q):
 
 
 async def main(a):
-    sbx = LocalSandbox(SandboxConfig(timeout_s=30))
+    sbx = LocalSandbox(SandboxConfig(timeout_s=30, pool_size=a.pool))
     t0 = time.perf_counter(); srv = await asyncio.to_thread(sbx.server)
     print(f'fork server start: {(time.perf_counter() - t0) * 1e3:.0f} ms')
     iso = (await sbx.run('pass')).isolation
@@ -115,7 +115,7 @@ async def main(a):
           f'{sp95:.1f} ms, {stp:.1f} exec/s, {scpu:.1f} ms CPU per call; raw python -c p50 '
           f'{rp50:.1f} ms / p95 {rp95:.1f} ms, {rtp:.1f} exec/s, {rcpu:.1f} ms CPU; ratio '
           f'sandbox/raw: p50 {sp50 / rp50:.2f}x, p95 {sp95 / rp95:.2f}x, throughput {stp / rtp:.2f}x, '
-          f'CPU {scpu / rcpu:.2f}x{extra} (targets: p50 <= 15 ms, throughput >= 3x)')
+          f'CPU {scpu / rcpu:.2f}x{extra}; pool {a.pool}, load {os.getloadavg()[0]:.1f} (targets: p50 <= 15 ms, throughput >= 3x)')
 
 
 if __name__ == '__main__':
@@ -123,5 +123,6 @@ if __name__ == '__main__':
     ap.add_argument('--n', type=int, default=60)
     ap.add_argument('--concurrency', type=int, default=4)
     ap.add_argument('--rounds', type=int, default=3)
+    ap.add_argument('--pool', type=int, default=SandboxConfig.pool_size, help='ready launchers')
     ap.add_argument('--bwrap', action='store_true', help='also time bubblewrap (if installed)')
     asyncio.run(main(ap.parse_args()))

@@ -35,7 +35,7 @@ class SandboxConfig:
     disk_inodes: int = 16384  # files and dirs in that tmpfs
     isolation: str = 'auto'  # 'auto' | 'strict' (refuse if anything is missing) | 'none'
     userns: bool = True  # False: no user namespaces, as on machines without them (tests)
-    pool_size: int = 2  # launchers the fork server keeps ready, namespaces and all
+    pool_size: int = 4  # launchers the fork server keeps ready, namespaces and all
     uid: int = 65534  # the code's uid (and, as root, its user namespace's owner)
     gid: int = 65534
     hide_dirs: tuple[str, ...] = ('/root', '/home', '/run', '/mnt', '/media', '/srv')
