@@ -134,8 +134,7 @@ async def run(self: LocalSandbox, code: str, *, workdir: str | None = None,
     try:
         srv = self._server
         if srv is None or not srv.alive: srv = await asyncio.to_thread(self.server)
-        private = c.isolation != 'none' and (srv.info['userns'] or srv.info['root'])
-        if workdir is None and not private: own = workdir = self.make_workdir()
+        if workdir is None and c.isolation == 'none': own = workdir = self.make_workdir()
         if workdir is not None: fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
         req = self._request(max(0.01, timeout - (time.monotonic() - t0)))
         res = _result(await run_call(srv, str(code), req, fd, c.max_output_bytes), timeout)
