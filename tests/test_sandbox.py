@@ -145,3 +145,23 @@ def test_stateful_workdir(userns):
     finally: shutil.rmtree(wd, ignore_errors=True)
     assert a.status == 'ok', a
     assert (b.status, b.stdout) == ('ok', '12 /etc/passwd\n'), b
+
+
+@pytest.mark.timeout(120)
+def test_root_without_sys_admin(tmp_path):
+    "Root without CAP_SYS_ADMIN or user namespaces (like a default Docker container) still runs code."
+    import shutil, subprocess, sys
+    if os.geteuid() != 0 or not shutil.which('setpriv'): pytest.skip('needs root and setpriv')
+    script = tmp_path / 'nocap.py'
+    script.write_text(
+        'import asyncio\nfrom tunix_agentic.sandbox import LocalSandbox, SandboxConfig\n'
+        's = LocalSandbox(SandboxConfig.tiny(userns=False, scratch_root=%r))\n'
+        'r = asyncio.run(s.run("import os; open(\'x\', \'w\').write(\'1\'); print(os.getuid())"))\n'
+        'wd = s.make_workdir()\n'
+        'a = asyncio.run(s.run("open(\'f\', \'w\').write(\'7\')", workdir=wd))\n'
+        'b = asyncio.run(s.run("print(open(\'f\').read())", workdir=wd))\n'
+        'print(r.status, r.stdout.strip(), a.status, b.stdout.strip(), "mountns" in r.isolation["missing"])\n'
+        % str(tmp_path))
+    p = subprocess.run(['setpriv', '--bounding-set=-sys_admin', '--inh-caps=-sys_admin', sys.executable,
+                        str(script)], capture_output=True, text=True, timeout=100)
+    assert p.stdout.split() == ['ok', '65534', 'ok', '7', 'True'], p.stdout + p.stderr[-2000:]
