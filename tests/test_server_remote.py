@@ -267,3 +267,18 @@ def test_online_loop_trains_on_remote_rollouts(tmp_path):
     assert policy.versions == (0, 1, 2)  # the weights go to the engine behind the callback
     assert recs[0]['turns'] == 3 and 0 < recs[0]['success'] < 1
     assert all(r['max_staleness_trained'] == 0 for r in recs)
+
+
+@pytest.mark.timeout(60)
+def test_cli_serve_rollout_serves(tok):
+    code = ("from tunix_agentic.cli import main; "
+            "main(['serve-rollout', '--port', '0', '--max-concurrent-rollouts', '3'])")
+    p, url = spawn(code)
+    try:
+        h = httpx.get(url + '/health').json()
+        assert (h['max_concurrent_rollouts'], h['tools']) == (3, ['add', 'subtract', 'multiply',
+                                                                  'divide'])
+        with EngineServer(ScriptedPolicy(tok, SCRIPT), tok) as eng:
+            r = httpx.post(url + '/rollout', json=body('cli-1', eng.url), timeout=30).json()
+        assert r['finish_reason'] == 'stop'
+    finally: stop(p)

@@ -96,6 +96,15 @@ def _cmd_demo(args) -> int:
     print(f"table {res['paths']['table']}; figure {res['plot']}; summaries {res['paths']['summaries']}")
     return 0
 
+# %% ../nbs/12_cli.ipynb #c4643619
+def _cmd_serve_rollout(args) -> int:
+    "Run seed 004's rollout server until interrupted (settings from env vars; flags override)."
+    from tunix_agentic.rollout_server import RolloutSettings, serve
+    over = {k: v for k, v in [('max_concurrent_rollouts', args.max_concurrent_rollouts),
+                              ('toolset', args.toolset)] if v is not None}
+    serve(RolloutSettings.from_env(**over), host=args.host, port=args.port)
+    return 0
+
 # %% ../nbs/12_cli.ipynb #cd3c2ca0
 def build_parser() -> argparse.ArgumentParser:
     "The `tunix-agentic` argument parser."
@@ -119,6 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser('info', help='versions of the stack and JAX devices')
     i.add_argument('--no-devices', action='store_true', help="don't import JAX")
     i.set_defaults(fn=_cmd_info)
+    r = sub.add_parser('serve-rollout',
+                       help="seed 004's rollout server: POST /rollout, GET /tools, /health, /metrics")
+    r.add_argument('--host', default=None, help='default: $ROLLOUT_HOST or 127.0.0.1')
+    r.add_argument('--port', type=int, default=None,
+                   help='default: $ROLLOUT_SERVER_PORT or 9000; 0: any free port')
+    r.add_argument('--max-concurrent-rollouts', type=int, default=None,
+                   help='default: $MAX_CONCURRENT_ROLLOUTS or 100')
+    r.add_argument('--toolset', default=None, help='default: $ROLLOUT_TOOLSET or calculator')
+    r.set_defaults(fn=_cmd_serve_rollout)
     return p
 
 # %% ../nbs/12_cli.ipynb #5d72a08f
