@@ -165,3 +165,35 @@ def test_root_without_sys_admin(tmp_path):
     p = subprocess.run(['setpriv', '--bounding-set=-sys_admin', '--inh-caps=-sys_admin', sys.executable,
                         str(script)], capture_output=True, text=True, timeout=100)
     assert p.stdout.split() == ['ok', '65534', 'ok', '7', 'True'], p.stdout + p.stderr[-2000:]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('userns', [True, False], ids=['userns', 'no_userns'])
+def test_parallel_calls_share_workdir(userns):
+    "Parallel calls of one workdir: each copies in a whole workdir, never one half cleared by another's copy back."
+    import dataclasses, shutil
+    sbx = LocalSandbox(dataclasses.replace(CFG, userns=userns))
+    wd = sbx.make_workdir()
+    code = 'import os\nn = len(os.listdir("."))\nfor i in range(20): open(f"f{i}", "w").write("x" * 1000)\nprint(n)'
+    async def go():
+        assert (await sbx.run(code, workdir=wd)).ok
+        return [r for _ in range(8) for r in await asyncio.gather(*[sbx.run(code, workdir=wd) for _ in range(4)])]
+    try: rs = run(go())
+    finally: shutil.rmtree(wd, ignore_errors=True)
+    assert [(r.status, r.stdout, r.message) for r in rs] == [('ok', '20\n', '')] * len(rs)
+
+
+@pytest.mark.timeout(60)
+def test_failed_copy_in_keeps_workdir():
+    "A call that could not copy the workdir in (here: its tmpfs is too small) leaves the workdir as it was."
+    import dataclasses, shutil
+    sbx = LocalSandbox(dataclasses.replace(CFG, disk_mb=1))
+    wd = sbx.make_workdir()
+    try:
+        with open(os.path.join(wd, 'big'), 'wb') as f: f.write(b'x' * (2 << 20))
+        r = run(sbx.run('print(1)', workdir=wd))
+        size = os.path.getsize(os.path.join(wd, 'big'))
+    finally: shutil.rmtree(wd, ignore_errors=True)
+    if not r.isolation.get('private_tmp'): pytest.skip('no private /tmp here')
+    assert r.status == 'sandbox_error' and 'sandbox setup failed' in r.message, r
+    assert size == 2 << 20

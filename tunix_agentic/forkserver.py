@@ -12,7 +12,7 @@ __all__ = ['ForkServer', 'fork_server', 'run_call']
 
 # %% ../nbs/01c_forkserver.ipynb #52ed1460
 _SRC_FS = r'''
-import ctypes, gc, json, os, resource, select, selectors, shutil, signal, socket, struct, sys, tempfile, time, traceback, types
+import ctypes, fcntl, gc, json, os, resource, select, selectors, shutil, signal, socket, struct, sys, tempfile, time, traceback, types
 libc = ctypes.CDLL(None, use_errno=True)
 ROOT = os.geteuid() == 0
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
@@ -182,7 +182,7 @@ def drop_caps():
 
 # %% ../nbs/01c_forkserver.ipynb #cf1ec75c
 _SRC_CALL = r'''
-def user(req, rep, code_r, out_w, err_w, wd):
+def user(req, rep, code_r, out_w, err_w, wd, copied_w):
     "The call's code: pid 2 of its namespace, no capabilities, its limits, then exec."
     try:
         chunks = []
@@ -197,7 +197,10 @@ def user(req, rep, code_r, out_w, err_w, wd):
         if ROOT and not rep.get('userns') and req['isolation'] != 'none':
             os.setgroups([]); os.setresgid(*[req['gid']] * 3); os.setresuid(*[req['uid']] * 3)
             prctl(4, 1)  # PR_SET_DUMPABLE: our own /proc/self/fd stays ours
-        if rep.get('private_tmp') and wd is not None: copy_tree(f'/proc/self/fd/{wd}', '/tmp')
+        if copied_w is not None:  # the workdir's files, never while a parallel call of the same
+            fcntl.flock(wd, fcntl.LOCK_SH)  # workdir copies back (it clears the dir first)
+            copy_tree(f'/proc/self/fd/{wd}', '/tmp'); fcntl.flock(wd, fcntl.LOCK_UN)
+            os.write(copied_w, b'1')  # the reaper copies back only a complete copy
         close_except(())
         if req['isolation'] != 'none':
             drop_caps()
@@ -302,11 +305,13 @@ def reaper(req, rep, ctl):
     if out.get('setup_error'):
         if scratch: shutil.rmtree(scratch, ignore_errors=True)
         os.write(st_w, json.dumps({**out, 'isolation': rep}).encode() + b'\n'); os._exit(0)
+    copied_r, copied_w = os.pipe() if wd is not None and rep.get('private_tmp') else (None, None)
     u = os.fork()
     if u == 0:
         os.close(st_w)
-        user(req, rep, code_r, out_w, err_w, wd)
-    for fd in (code_r, out_w, err_w): os.close(fd)
+        user(req, rep, code_r, out_w, err_w, wd, copied_w)
+    for fd in (code_r, out_w, err_w, copied_w):
+        if fd is not None: os.close(fd)
     st, deadline = None, t0 + req['timeout']
     while st is None:
         left = deadline - time.monotonic()
@@ -323,10 +328,17 @@ def reaper(req, rep, ctl):
     me = resource.getrusage(resource.RUSAGE_SELF)
     out['cpu_s'] = round(ru.ru_utime + ru.ru_stime, 4)  # the code's processes
     out['reaper_cpu_s'] = round(me.ru_utime + me.ru_stime, 4)
-    if wd is not None and rep.get('private_tmp'):
+    if copied_r is not None:  # the code's tree is gone: nothing else holds copied_w
+        os.set_blocking(copied_r, False)
+        try: copied = os.read(copied_r, 1) == b'1'
+        except BlockingIOError: copied = False
         owner = (req['uid'], req['gid']) if os.geteuid() == 0 else None
-        try: clear_dir(f'/proc/self/fd/{wd}'); copy_tree('/tmp', f'/proc/self/fd/{wd}', owner)
+        try:  # a call that never got the whole workdir (timeout, setup error) leaves it as it was
+            if copied:
+                fcntl.flock(wd, fcntl.LOCK_EX)  # no parallel call of this workdir mid-copy
+                clear_dir(f'/proc/self/fd/{wd}'); copy_tree('/tmp', f'/proc/self/fd/{wd}', owner)
         except OSError as e: rep['errors'].append(f'copy back: {e}')
+        finally: fcntl.flock(wd, fcntl.LOCK_UN)
     if scratch: shutil.rmtree(scratch, ignore_errors=True)
     os.write(st_w, json.dumps({**out, 'isolation': rep}).encode() + b'\n')  # straight to the trainer
     os._exit(0)
