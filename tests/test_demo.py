@@ -60,4 +60,4 @@ def test_rerun_prints_the_same_numbers(tmp_path):
     a = run_demo(DemoConfig.tiny(output_dir=str(tmp_path / 'a'), seed=5))
     b = run_demo(DemoConfig.tiny(output_dir=str(tmp_path / 'b'), seed=5))
     for k in ('diagnosis_before_rl', 'diagnosis_after_rl', 'grpo_train_success', 'sft_final_loss'):
-        assert a[k] == b[k], k
+        assert json.dumps(a[k]) == json.dumps(b[k]), k  # (an untrained run's accuracies can be NaN)
