@@ -20,7 +20,7 @@ from .rollout import BaseRollout, GenerateOutput, SamplingParams, as_params_list
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['sample_step', 'generate_tokens', 'SamplerConfig', 'JaxSampler']
+__all__ = ['sample_step', 'generate_tokens', 'SamplerConfig', 'JaxSampler', 'common_prefix_len']
 
 # %% ../nbs/09_sampler.ipynb #849c54b9
 def _filter_logits(x_bv, top_k_b, top_p_b):
@@ -163,14 +163,14 @@ def _params(self: JaxSampler):
     return graphdef, (state if self._state is None else self._state)
 
 # %% ../nbs/09_sampler.ipynb #862d8b70
-def _shared_prefix(prompts: list[list[int]], multiple: int) -> int:
-    "Length of the prefix all prompts share (each keeps >= 1 own token), rounded down to `multiple`."
-    if multiple <= 0: return 0
-    n = min(map(len, prompts)) - 1
-    first = np.asarray(prompts[0][:n])
-    for pr in prompts[1:]:
+def common_prefix_len(seqs: list[list[int]], multiple: int, max_len: int | None = None) -> int:
+    "The prefix all `seqs` share, at most `max_len` (default: each keeps a token), down to `multiple`."
+    if multiple <= 0 or not seqs: return 0
+    n = min(map(len, seqs)) - 1 if max_len is None else max_len
+    first = np.asarray(seqs[0][:max(n, 0)])
+    for s in seqs[1:]:
         if n <= 0: break
-        diff = np.flatnonzero(np.asarray(pr[:n]) != first[:n])
+        diff = np.flatnonzero(np.asarray(s[:n]) != first[:n])
         if diff.size: n = int(diff[0])
     return max(n, 0) // multiple * multiple
 
@@ -183,7 +183,7 @@ def _run_batch(self: JaxSampler, prompts: list[list[int]], params: list[Sampling
     if bad:
         raise ValueError(f'generate: token id {bad[0]} outside vocab [0, {self.cfg.vocab_size})')
     b = min(_bucket(n, c.min_batch_bucket), c.max_batch)
-    q = _shared_prefix(prompts, c.shared_prefix)
+    q = common_prefix_len(prompts, c.shared_prefix)
     prefix, prompts = prompts[0][:q], [pr[q:] for pr in prompts]
     p = _bucket(max(map(len, prompts)), c.min_prompt_bucket)
     g = _bucket(max(sp.max_new_tokens for sp in params), c.min_gen_bucket)

@@ -21,6 +21,7 @@ from .losses import (LossConfig, get_advantage_fn, token_logprobs, ppo_clip_loss
                                   masked_ce, token_mean, overlong_filter)
 from .sharding import ShardingConfig, shard_tree, shard_batch
 from .models import KVCache
+from .sampler import common_prefix_len
 log = logging.getLogger(__name__)
 
 # %% auto #0
@@ -49,16 +50,11 @@ def bucket_length(n: int, buckets: Sequence[int]) -> int:
 
 def shared_prefix_len(trajs: Sequence[Trajectory], multiple: int) -> int:
     "Tokens every trajectory shares before its first trained position, rounded down to `multiple`."
-    if multiple <= 0 or not trajs: return 0
+    if not trajs: return 0
     # position p predicts token p+1, so the prefix must stop before the first mask-1 token's predecessor
     n = min((t.response_mask.index(1) if 1 in t.response_mask else len(t.input_ids)) - 1
             for t in trajs)
-    first = np.asarray(trajs[0].input_ids[:max(n, 0)])
-    for t in trajs[1:]:
-        if n <= 0: break
-        diff = np.flatnonzero(np.asarray(t.input_ids[:n]) != first[:n])
-        if diff.size: n = int(diff[0])
-    return max(n, 0) // multiple * multiple
+    return common_prefix_len([t.input_ids for t in trajs], multiple, max_len=n)
 
 def make_batch(trajs: Sequence[Trajectory], *, pad_id: int = 0,
                buckets: Sequence[int] = (64, 128, 256, 512, 1024, 2048),
