@@ -45,3 +45,11 @@ def test_demo_quick_writes_its_outputs(tmp_path):
     assert (out / 'summary.json').exists()
     assert list((out / 'grpo' / 'rollouts').glob('step_*.jsonl'))
     assert (out / 'grpo' / 'metrics.jsonl').read_text().strip()
+
+
+def test_python_dash_m_runs_the_command():
+    "`python -m tunix_agentic` is the `tunix-agentic` command (issue 10: it had no `__main__`)."
+    r = subprocess.run([sys.executable, '-m', 'tunix_agentic', '--help'], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == run('--help').stdout
