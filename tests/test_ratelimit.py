@@ -147,3 +147,29 @@ async def test_per_tool_cap_does_not_hold_global_slot():
     assert await asyncio.wait_for(asyncio.gather(*(fast() for _ in range(10))), 5) == [1] * 10
     gate.set(); await asyncio.gather(*slows)
     assert lims.in_flight == {'slow': 0, 'global': 0}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize('leftover', ['cancelled waiter', 'waiter of a closed loop'])
+def test_limiter_outlives_its_event_loop(leftover):
+    "Regression: a refill timer (or a waiter) left on a closed loop once hung the next `asyncio.run`."
+    lim = RateLimiter(rate=4, burst=1, name='t')
+
+    async def first():
+        async with lim.slot(): pass  # the bucket is empty now
+        waiter = asyncio.create_task(lim.acquire())
+        await asyncio.sleep(0)  # queued, with a refill timer pending on this loop
+        if leftover == 'cancelled waiter':
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError): await waiter
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(first())
+    loop.close()  # the timer never fires; the second case leaves its waiter pending as well
+
+    async def second():
+        await asyncio.wait_for(lim.acquire(), 10)
+        lim.release()
+        return lim.in_flight
+
+    assert asyncio.run(second()) == 0

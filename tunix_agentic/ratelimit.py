@@ -31,6 +31,7 @@ class RateLimiter:
         self._tokens, self._stamp = float(burst), time.monotonic()
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None  # the loop the timer is on
         self.in_flight, self.granted = 0, 0
     def __repr__(self):
         return (f'RateLimiter({self.name!r}, rate={self.rate}, burst={self.burst}, '
@@ -54,16 +55,28 @@ def _dispatch(self: RateLimiter):
     self._refill()
     while self._waiters:
         fut = self._waiters[0]
-        if fut.done(): self._waiters.popleft(); continue  # cancelled while waiting
+        if fut.done() or fut.get_loop().is_closed():  # cancelled, or left on a closed loop
+            self._waiters.popleft(); continue
         if self.max_concurrency is not None and self.in_flight >= self.max_concurrency: return
         if self.rate is not None and self._tokens < 1.0:
             delay = (1.0 - self._tokens) / self.rate
-            self._timer = asyncio.get_running_loop().call_later(delay, self._dispatch)
+            self._timer_loop = asyncio.get_running_loop()
+            self._timer = self._timer_loop.call_later(delay, self._dispatch)
             return
         self._waiters.popleft()
         if self.rate is not None: self._tokens -= 1.0
         self.in_flight += 1; self.granted += 1
         fut.set_result(None)
+
+@patch
+def _wake(self: RateLimiter):
+    "Dispatch now, unless a refill timer on the running loop will do it."
+    try: loop = asyncio.get_running_loop()
+    except RuntimeError: loop = None
+    if self._timer is not None:
+        if self._timer_loop is loop and not self._timer.cancelled(): return
+        self._timer.cancel()  # on a loop that is gone: it would never fire
+    self._dispatch()
 
 # %% ../nbs/01a_ratelimit.ipynb #4be82374
 @patch
@@ -71,11 +84,11 @@ async def acquire(self: RateLimiter):
     "Wait for a slot (FIFO). Pair with `release()`, or use `async with limiter.slot():`."
     fut = asyncio.get_running_loop().create_future()
     self._waiters.append(fut)
-    if self._timer is None: self._dispatch()
+    self._wake()
     try: await fut
     except asyncio.CancelledError:
         if fut.done() and not fut.cancelled(): self.release()  # granted, then cancelled: return it
-        elif self._timer is None: self._dispatch()  # our leaving may unblock the next waiter
+        else: self._wake()  # our leaving may unblock the next waiter
         raise
 
 # %% ../nbs/01a_ratelimit.ipynb #354fb124
@@ -85,7 +98,7 @@ def release(self: RateLimiter):
     if self.in_flight <= 0:
         raise RuntimeError(f'{self.name}: release() without a matching acquire()')
     self.in_flight -= 1
-    if self._timer is None: self._dispatch()
+    self._wake()
 
 # %% ../nbs/01a_ratelimit.ipynb #705a7af8
 @patch
