@@ -113,3 +113,23 @@ def test_writer_roundtrips_a_full_trajectory(tmp_path):
     with DumpWriter(tmp_path, 12, fsync=True) as w: w.write(t)
     assert load_step(tmp_path, 12) == [t]
     assert json.loads(dump_path(tmp_path, 12).read_text())['status'] == 'max_length'
+
+
+@pytest.mark.parametrize('depth', [1000, 1400])
+def test_deeply_nested_tool_call_reaches_the_dump(tmp_path, depth):
+    "Regression: a call nested ~1,000-1,490 levels deep parsed, then `to_dict` raised RecursionError."
+    from tunix_agentic.parsers import QwenToolParser
+    from tunix_agentic.types import MAX_JSON_DEPTH
+    args = '{"a": ' * depth + '1' + '}' * depth
+    text = '<tool_call>{"name": "f", "arguments": ' + args + '}</tool_call>'
+    action = QwenToolParser().parse(text).to_action(text)
+    assert [c.name for c in action.tool_calls] == ['f'] and not action.parse_errors
+    traj = Trajectory(steps=[Step(action=action, model_response=text)], episode_id='deep',
+                      messages=[{'role': 'assistant', 'content': text,
+                                 'tool_calls': [c.to_openai() for c in action.tool_calls]}])
+    with DumpWriter(tmp_path, 0) as w: w.write(traj)
+    (back,) = load_dump(dump_path(tmp_path, 0))
+    assert back.episode_id == 'deep' and back.steps[0].model_response == text
+    node = back.steps[0].action.tool_calls[0].arguments
+    for _ in range(MAX_JSON_DEPTH): node = node['a'] if isinstance(node, dict) else node
+    assert node.startswith('<dict nested more than')

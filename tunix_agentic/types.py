@@ -6,26 +6,33 @@
 from __future__ import annotations
 import dataclasses, enum, json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Container
 
 # %% auto #0
-__all__ = ['JsonRecord', 'TrajectoryStatus', 'ToolCall', 'ToolOutput', 'Action', 'RewardOutput', 'Step', 'Trajectory']
+__all__ = ['MAX_JSON_DEPTH', 'JsonRecord', 'TrajectoryStatus', 'ToolCall', 'unique_id', 'ToolOutput', 'Action', 'RewardOutput',
+           'Step', 'Trajectory']
 
 # %% ../nbs/00_types.ipynb #4362fd7e
-def _to_jsonable(v: Any) -> Any:
+MAX_JSON_DEPTH = 200  # deeper containers become a marker string in `to_dict`
+
+def _to_jsonable(v: Any, depth: int = 0) -> Any:
     "Turn records, enums, tuples and numpy scalars/arrays into JSON-ready values."
-    if isinstance(v, JsonRecord): return v.to_dict()
+    if isinstance(v, (JsonRecord, dict, list, tuple)) and depth >= MAX_JSON_DEPTH:
+        return f'<{type(v).__name__} nested more than {MAX_JSON_DEPTH} levels deep: not kept>'
+    if isinstance(v, JsonRecord): return _record_dict(v, depth)
     if isinstance(v, enum.Enum): return v.value
-    if isinstance(v, dict): return {str(k): _to_jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)): return [_to_jsonable(x) for x in v]
+    if isinstance(v, dict): return {str(k): _to_jsonable(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, (list, tuple)): return [_to_jsonable(x, depth + 1) for x in v]
     if hasattr(v, 'tolist'): return v.tolist()  # numpy / jax arrays and scalars
     return v
+
+def _record_dict(rec: Any, depth: int) -> dict:
+    return {f.name: _to_jsonable(getattr(rec, f.name), depth + 1) for f in dataclasses.fields(rec)}
 
 class JsonRecord:
     "Mixin: `to_dict`/`from_dict`/`to_json` for dataclass records; `_nested` maps field -> record type."
     _nested: dict = {}
-    def to_dict(self) -> dict:
-        return {f.name: _to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+    def to_dict(self) -> dict: return _record_dict(self, 0)
     def to_json(self) -> str: return json.dumps(self.to_dict(), ensure_ascii=False)
     @classmethod
     def from_dict(cls, d: dict):
@@ -66,6 +73,12 @@ class ToolCall(JsonRecord):
         d = {'type': 'function', 'function': {'name': self.name, 'arguments': self.arguments}}
         if self.id is not None: d['id'] = self.id
         return d
+
+def unique_id(base: str, taken: Container[str]) -> str:
+    "`base`, or `base_<k>` with the smallest `k` not `taken`: a call id unique within its turn."
+    cid, k = base, 0
+    while cid in taken: k += 1; cid = f'{base}_{k}'
+    return cid
 
 # %% ../nbs/00_types.ipynb #b0bd979b
 @dataclass
@@ -165,7 +178,8 @@ class Trajectory(JsonRecord):
 def _md_escape(s: Any) -> str: return str(s).replace('|', '\\|').replace('\n', '<br>')
 
 def _step_md(self: Step) -> str:
-    calls = ', '.join(f'`{c.name}({json.dumps(c.arguments)})`' for c in (self.action.tool_calls if self.action else []))
+    calls = ', '.join(f'`{c.name}({json.dumps(_to_jsonable(c.arguments))})`'
+                      for c in (self.action.tool_calls if self.action else []))
     return (f'**Step** reward={self.reward:g} done={self.done} return={self.mc_return:g}\n\n'
             f'- response: {_md_escape(self.model_response)}\n- calls: {calls or "none"}\n'
             f'- observation: {_md_escape(self.observation)}')
