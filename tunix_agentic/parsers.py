@@ -8,7 +8,7 @@ import json, logging, re
 from dataclasses import dataclass, field
 from typing import Any
 from fastcore.basics import patch
-from .types import Action, ToolCall
+from .types import Action, ToolCall, unique_id
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def call_from_json(obj: Any) -> tuple[ToolCall | None, str | None]:
 _FENCE = re.compile(r'^```(?:json)?\s*(.*?)\s*```$', re.S)
 
 def calls_from_text(body: str,  # the text inside one block
-                    where: str = '<tool_call> block',  # how errors name the block
+                    where: str = 'tool_call block',  # how errors name the block
                     ) -> tuple[list[ToolCall], list[str]]:
     "Decode the JSON inside one block into calls; problems come back as error strings."
     s = body.strip()
@@ -89,11 +89,15 @@ class ToolParser:
         if not isinstance(text, str):
             err = f'expected the model output as str, got {type(text).__name__}'
             return ParseResult(errors=[err])
-        try: return self._parse(text)
+        try: res = self._parse(text)
         except Exception as e:  # a parser bug must not end a training run
             log.warning('%s parser failed on %r: %r', self.name, _snippet(text), e)
             err = f'{self.name} parser failed: {type(e).__name__}: {e}'
             return ParseResult(content=text, errors=[err])
+        taken = set()
+        for c in res.calls:
+            if c.id: c.id = unique_id(c.id, taken); taken.add(c.id)
+        return res
     def _parse(self, text: str) -> ParseResult: raise NotImplementedError
     def format_calls(self, calls: list[ToolCall], content: str = '') -> str:
         "The text a model following this format would write for `calls`."
@@ -147,17 +151,18 @@ def json_end(text: str, start: int) -> int:
 def _block(self: QwenToolParser, text: str, start: int, res: ParseResult) -> int:
     "Read the block whose body starts at `start` into `res`; returns where to go on (-1: the end)."
     o, c = self.open_tag, self.close_tag
-    e = json_end(text, start)
+    tag = o.strip('<>|')  # errors name the block in words: a special token's text in a tool
+    e = json_end(text, start)  # message would have to be broken (an invisible \u200b) for the model
     if e >= 0 and (text.startswith(c, e) or e == len(text)):
-        got, errs = calls_from_text(text[start:e], f'{o} block')
+        got, errs = calls_from_text(text[start:e], f'{tag} block')
         res.calls += got; res.errors += errs
         return -1 if e == len(text) else e + len(c)
     j, k = text.find(c, start), text.find(o, start)
     if 0 <= k and (j < 0 or k < j):
-        res.errors.append(f'unclosed {o} block (another {o} starts before {c}): '
+        res.errors.append(f'unclosed {tag} block (another one opens before it is closed): '
                           f'{_snippet(text[start:k])}')
         return k
-    where = f'{o} block' if j >= 0 else f'unclosed {o} block'
+    where = f'{tag} block' if j >= 0 else f'unclosed {tag} block'
     got, errs = calls_from_text(text[start:] if j < 0 else text[start:j], where)
     res.calls += got; res.errors += errs
     return -1 if j < 0 else j + len(c)
