@@ -6,6 +6,7 @@
 from __future__ import annotations
 import logging, re
 from typing import Any, Callable, Mapping
+from .tools import exact_str, gsm8k_match, gsm8k_number
 from .types import Action, RewardOutput
 
 # %% auto #0
@@ -43,8 +44,6 @@ def _text(action: Any) -> str:
     return '' if action is None else str(action)
 
 # %% ../nbs/06_rewards.ipynb #688bf2c4
-_NUM = re.compile(r'-?\$?\s*\d[\d,]*(?:\.\d+)?')
-
 def normalize_number(s: Any) -> str:
     "Canonical text of a number: no commas, `$` or spaces; `42.0` -> `42`; `0.50` -> `0.5`."
     t = str(s).strip().replace(',', '').replace('$', '').replace(' ', '').rstrip('.')
@@ -54,14 +53,9 @@ def normalize_number(s: Any) -> str:
     return repr(f)
 
 def extract_gsm8k_answer(text: str, *, strict: bool = False) -> str | None:
-    "The answer after the last `####`; else (unless `strict`) the last number; normalised."
-    if '####' in text:
-        tail = text.rsplit('####', 1)[1].strip()
-        m = _NUM.search(tail)
-        return normalize_number(m.group()) if m else (tail.split()[0] if tail.split() else None)
-    if strict: return None
-    nums = _NUM.findall(text)
-    return normalize_number(nums[-1]) if nums else None
+    "The answer after the last `####`; else (unless `strict`) the last number; exact text."
+    n = gsm8k_number(text, strict=strict)
+    return None if n is None else exact_str(n)
 
 # %% ../nbs/06_rewards.ipynb #18750bce
 def _truth(task: dict, *keys: str) -> Any:
@@ -73,12 +67,10 @@ def _truth(task: dict, *keys: str) -> Any:
 @register_reward('gsm8k')
 def gsm8k_reward(task: dict, action: Any) -> RewardOutput:
     "1.0 when the model's number equals the task's `#### answer`, else 0.0."
-    truth = str(_truth(task, 'ground_truth', 'answer'))
-    want = extract_gsm8k_answer(truth) if '####' in truth else normalize_number(truth)
-    text = _text(action)
-    got = extract_gsm8k_answer(text)
-    return RewardOutput(float(got is not None and got == want),
-                        {'extracted': got, 'expected': want, 'has_marker': '####' in text})
+    truth, text = str(_truth(task, 'ground_truth', 'answer')), _text(action)
+    return RewardOutput(float(gsm8k_match(text, truth)),
+                        {'extracted': extract_gsm8k_answer(text),
+                         'expected': extract_gsm8k_answer(truth), 'has_marker': '####' in text})
 
 # %% ../nbs/06_rewards.ipynb #f9680f2d
 def _norm_text(s: Any) -> str: return ' '.join(str(s).strip().lower().split()).rstrip('.')

@@ -4,17 +4,19 @@
 
 # %% ../nbs/01_tools.ipynb #2fcd7443
 from __future__ import annotations
-import asyncio, concurrent.futures, functools, inspect, json, logging, math, re, reprlib, time, uuid
+import asyncio, concurrent.futures, functools, inspect, itertools, json, logging, math, re, reprlib
+import time, uuid
 from fractions import Fraction
 from typing import Any, Callable
+import jsonschema
 from fastcore.basics import patch
 from transformers.utils import get_json_schema
-from .types import ToolCall, ToolOutput
+from .types import ToolCall, ToolOutput, unique_id
 
 # %% auto #0
 __all__ = ['logger', 'TOOL_THREADS', 'ToolError', 'short', 'truncate_middle', 'validate_arguments', 'tool_thread_pool',
            'BaseTool', 'FunctionTool', 'exact_str', 'add', 'subtract', 'multiply', 'divide', 'calculator_tools',
-           'gsm8k_number', 'Gsm8kTool', 'ToolManager', 'ToolSession']
+           'gsm8k_number', 'gsm8k_match', 'Gsm8kTool', 'ToolManager', 'ToolSession']
 
 # %% ../nbs/01_tools.ipynb #f47d6144
 logger = logging.getLogger(__name__)
@@ -55,45 +57,73 @@ def _is_type(v: Any, t: str) -> bool:
     return True
 
 # %% ../nbs/01_tools.ipynb #b4f1ab57
-def validate_arguments(value: Any,  # the arguments (or a part of them)
-                       schema: dict,  # JSON schema of `value`
-                       path: str = 'arguments',  # where `value` sits, for messages
-                       top: bool = True) -> list[str]:  # top level: reject unlisted arguments
-    "Check `value` against the `get_json_schema` subset of JSON Schema; return the problems."
+_Base = jsonschema.Draft202012Validator
+
+def _type_kw(validator, types, instance, schema):
+    "`type` with OpenAPI's `nullable` and with unknown type names let through."
+    if instance is None and schema.get('nullable'): return
+    if not any(_is_type(instance, t) for t in ([types] if isinstance(types, str) else types)):
+        yield jsonschema.ValidationError(f'{instance!r} is not of type {types!r}')
+
+def _enum_kw(validator, enum, instance, schema):
+    if instance is None and schema.get('nullable'): return
+    yield from _Base.VALIDATORS['enum'](validator, enum, instance, schema)
+
+_checker = _Base.TYPE_CHECKER.redefine_many({t: (lambda c, v, t=t: _is_type(v, t))
+                                             for t in _JSON_TYPES})
+_Validator = jsonschema.validators.extend(_Base, {'type': _type_kw, 'enum': _enum_kw},
+                                          type_checker=_checker)
+
+# %% ../nbs/01_tools.ipynb #74cb7cea
+_MUST = {'minimum': 'be >= {}', 'maximum': 'be <= {}', 'exclusiveMinimum': 'be > {}',
+         'exclusiveMaximum': 'be < {}', 'multipleOf': 'be a multiple of {}', 'const': 'be {}',
+         'minLength': 'have at least {} characters', 'maxLength': 'have at most {} characters',
+         'pattern': 'match the pattern {}', 'minItems': 'have at least {} items',
+         'maxItems': 'have at most {} items', 'uniqueItems': 'have no repeated items',
+         'minProperties': 'have at least {} keys', 'maxProperties': 'have at most {} keys'}
+
+def _where(path) -> str:
+    "`'x'[1]['k']` for the instance path `x, 1, k`; `arguments` for the root."
+    if not path: return 'arguments'
+    return repr(path[0]) + ''.join(f'[{p!r}]' for p in list(path)[1:])
+
+def _messages(e: jsonschema.ValidationError, top: bool) -> list[str]:
+    "What one `jsonschema` error says to the model: where, what was expected, what came."
+    at, v, want, kw = _where(e.absolute_path), e.instance, e.validator_value, e.validator
+    if kw == 'required': return [f'{at}: {k!r} is required' for k in want if k not in v]
+    if kw == 'type':
+        want = ' or '.join([want] if isinstance(want, str) else want)
+        return [f'{at} must be of type {want}, got {type(v).__name__} {short(v)}']
+    if kw == 'enum': return [f'{at} must be one of {short(want)}, got {short(v)}']
+    if kw in ('anyOf', 'oneOf'):
+        how = 'more than one' if kw == 'oneOf' and not e.context else 'none'
+        return [f'{at} matches {how} of the allowed forms, got {short(v)}']
+    if kw == 'additionalProperties' and want is False:
+        known = ', '.join(e.schema.get('properties', {})) or 'none'
+        extra = [k for k in v if k not in e.schema.get('properties', {})]
+        what = f'{at} has an unexpected key'
+        if top and not e.absolute_path: what = 'unexpected argument'
+        return [f'{what} {short(k)}; expected: {known}' for k in extra]
+    if kw in _MUST: return [f'{at} must {_MUST[kw].format(short(want))}, got {short(v)}']
+    return [f'{at}: {truncate_middle(e.message, 200)}']
+
+# %% ../nbs/01_tools.ipynb #71979a71
+def validate_arguments(value: Any,  # the arguments
+                       schema: dict,  # JSON schema of `value` (a tool's `parameters`)
+                       top: bool = True) -> list[str]:  # reject arguments the schema does not list
+    "Check `value` against `schema` with `jsonschema`; return the problems (at most 10)."
     if not isinstance(schema, dict): return []
-    if value is None and schema.get('nullable'): return []
-    for key in ('anyOf', 'oneOf'):
-        if key in schema:
-            if any(not validate_arguments(value, s, path, False) for s in schema[key]): return []
-            return [f'{path} matches none of the allowed forms, got {short(value)}']
-    types = schema.get('type')
-    if types is not None:
-        types = [types] if isinstance(types, str) else list(types)
-        if not any(_is_type(value, t) for t in types):
-            want = ' or '.join(types)
-            return [f'{path} must be of type {want}, got {type(value).__name__} {short(value)}']
-    if 'enum' in schema and value not in schema['enum']:
-        return [f'{path} must be one of {short(schema["enum"])}, got {short(value)}']
-    errs = []
-    if isinstance(value, dict):
-        props = schema.get('properties', {})
-        errs += [f'{path}: {k!r} is required' for k in schema.get('required', []) if k not in value]
-        extra = schema.get('additionalProperties', None if top else True)
-        for k, v in value.items():
-            if k in props:
-                errs += validate_arguments(v, props[k], repr(k) if top else f'{path}.{k}', False)
-            elif extra is None or extra is False:
-                known = ', '.join(props) or 'none'
-                errs.append(f'unexpected argument {short(k)}; expected: {known}')
-            elif isinstance(extra, dict):
-                errs += validate_arguments(v, extra, f'{path}[{short(k)}]', False)
-    elif isinstance(value, (list, tuple)):
-        pre = schema.get('prefixItems', [])
-        for i, v in enumerate(value):
-            s = pre[i] if i < len(pre) else schema.get('items')
-            if s is not None: errs += validate_arguments(v, s, f'{path}[{i}]', False)
-            if len(errs) >= 5: break
-    return errs
+    if top and schema.get('type') == 'object' and 'additionalProperties' not in schema:
+        schema = {**schema, 'additionalProperties': False}
+    try:
+        errs = list(itertools.islice(_Validator(schema).iter_errors(value), 10))
+        errs.sort(key=lambda e: e.validator != 'required')  # what is missing first
+        msgs = [m for e in errs for m in _messages(e, top)]
+    except RecursionError: return ['arguments are nested too deeply to check']
+    except Exception as e:  # a broken schema is the tool's bug, not the model's
+        logger.warning('cannot check arguments against the schema %s: %r', short(schema), e)
+        return [f'the schema of this tool cannot be checked: {truncate_middle(str(e), 160)}']
+    return list(dict.fromkeys(msgs))
 
 # %% ../nbs/01_tools.ipynb #806a52fa
 TOOL_THREADS = 64
@@ -267,16 +297,21 @@ def calculator_tools() -> list[BaseTool]:
     return [FunctionTool.from_function(f, blocking=False) for f in fns]
 
 # %% ../nbs/01_tools.ipynb #eb30ac8f
-_NUM = re.compile(r'-?\d+(?:\.\d+)?(?:/\d+)?')
+_NUM = re.compile(r'-?(?:\$\s*)?\d[\d,]*(?:\.\d+|/\d+)?')
 
-def gsm8k_number(text: Any) -> Fraction | None:
-    "The last number in `text` (after `####` if present) as an exact `Fraction`, or None."
+def gsm8k_number(text: Any, *, strict: bool = False) -> Fraction | None:
+    "The number right after the last `####`, else (unless `strict`) the last number, exactly."
     s = str(text)
-    if '####' in s: s = s.rsplit('####', 1)[1]
-    nums = _NUM.findall(s.replace(',', '').replace('$', ''))
+    if '####' in s: nums = _NUM.findall(s.rsplit('####', 1)[1])[:1]
+    else: nums = [] if strict else _NUM.findall(s)[-1:]
     if not nums: return None
-    try: return Fraction(nums[-1])
+    try: return Fraction(re.sub(r'[\s$,]', '', nums[0]))
     except (ValueError, ZeroDivisionError): return None
+
+def gsm8k_match(answer: Any, truth: Any) -> bool:
+    "Is `answer` the same number as the ground truth `truth` (both read by `gsm8k_number`)?"
+    got = gsm8k_number(answer)
+    return got is not None and got == gsm8k_number(truth)
 
 # %% ../nbs/01_tools.ipynb #f8f54c68
 class Gsm8kTool(BaseTool):
@@ -291,8 +326,7 @@ class Gsm8kTool(BaseTool):
     blocking = False
     def forward(self, answer: str, ground_truth: str = '') -> ToolOutput:
         "Stateless check of one answer."
-        got, want = gsm8k_number(answer), gsm8k_number(ground_truth)
-        reward = float(got is not None and got == want)
+        reward = float(gsm8k_match(answer, ground_truth))
         text = f'Current parsed answer={answer!r} reward={reward}'
         return ToolOutput(self.name, output=text, reward=reward)
 
@@ -443,12 +477,14 @@ async def _run_one(self: ToolSession, call: Any, call_id: str) -> ToolOutput:
 async def execute(self: ToolSession, calls: list[ToolCall]) -> list[ToolOutput]:
     "Run one turn's calls concurrently; outputs in call order; never raises (except cancellation)."
     if not self.started and not self.released: await self.start()
-    ids = []
-    for c in list(calls or []):
+    calls, ids = list(calls or []), []
+    written = [cid for c in calls if isinstance(cid := _call_fields(c)[2], str) and cid]
+    for c in calls:
         cid = _call_fields(c)[2]
-        ids.append(cid if isinstance(cid, str) and cid else f'call_{self.n_calls}')
+        if isinstance(cid, str) and cid: ids.append(unique_id(cid, ids))
+        else: ids.append(unique_id(f'call_{self.n_calls}', ids + written))
         self.n_calls += 1
-    return list(await asyncio.gather(*(self._run_one(c, i) for c, i in zip(calls or [], ids))))
+    return list(await asyncio.gather(*(self._run_one(c, i) for c, i in zip(calls, ids))))
 
 # %% ../nbs/01_tools.ipynb #60bcc678
 @patch
