@@ -190,9 +190,10 @@ def test_dump_viewer_refresh_sees_new_steps_and_plots(dump_dir):
     # the reward filter was at its full range, so it follows the range as it grows
     assert v.reward_filter.max == 2.0 and v.reward_filter.value == (0.0, 2.0)
     assert v.env_filter.options == ('all', 'calc', 'gsm8k', 'web')
-    assert v.plot.value == b''
+    drawn = v.plot.value  # drawn when the viewer was made (an empty Image is a broken picture)
+    assert drawn[:4] == b'\x89PNG'
     v.plot_button.click()
-    assert v.plot.value[:4] == b'\x89PNG'
+    assert v.plot.value[:4] == b'\x89PNG' and v.plot.value != drawn  # now with step 9
 
 
 def test_dump_viewer_narrowed_reward_filter_stays_and_memory_is_bounded(dump_dir):

@@ -4,7 +4,7 @@
 
 # %% ../nbs/11_widgets.ipynb #7fd0fa54
 from __future__ import annotations
-import asyncio, copy, html, io, json, logging, math, threading, warnings
+import asyncio, copy, html, io, json, logging, math, re, threading, warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -261,6 +261,8 @@ def metrics(self: DumpFolder, step: int) -> dict[str, float]:
 # %% ../nbs/11_widgets.ipynb #4c3fbda2
 def _mean(xs: Sequence[float]) -> float: return sum(xs) / len(xs) if xs else math.nan
 
+_LABEL = re.compile(r'(^|[/_])(seed|id)$')  # seeds and ids name an episode; they are not measures
+
 def step_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     "One row of metrics for the episodes of one training step."
     rs = [t.reward for t in trajs]
@@ -275,7 +277,7 @@ def step_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     vals: dict[str, list[float]] = {}
     for t in trajs:
         for k, v in _flat(t.metrics).items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and not _LABEL.search(k):
                 vals.setdefault(f'metrics/{k}', []).append(v)
     row.update({k: _mean(v) for k, v in vals.items()})
     return row
@@ -297,6 +299,9 @@ def _fill_shares(rows: dict[int, dict]) -> dict[int, dict]:
 
 # %% ../nbs/11_widgets.ipynb #6473e551
 _DEFAULT_KEYS = ('reward/mean', 'status/done', 'turns/mean', 'tokens/response')
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=80); return buf.getvalue()
 
 def plot_metrics(source: Mapping | DumpFolder | str | Path, # folder, `{step: episodes}` or rows
                  keys: Sequence[str] | None = None, # panels; default: reward, done share, turns,
@@ -329,12 +334,10 @@ def plot_metrics(source: Mapping | DumpFolder | str | Path, # folder, `{step: ep
         ax.set_title(k, fontsize=10); ax.set_xlabel('training step'); ax.grid(alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if not rows: fig.text(0.5, 0.5, 'no dumps yet', ha='center')
+    fig._repr_png_ = lambda: _png(fig)  # a Figure made without pyplot has no picture form
     return fig
 
 # %% ../nbs/11_widgets.ipynb #86aef5ac
-def _png(fig) -> bytes:
-    buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=80); return buf.getvalue()
-
 class _Shows:
     "Mixin: display `self.widget` when the object is the last value of a cell."
     def _repr_mimebundle_(self, **kw): return self.widget._repr_mimebundle_(**kw)
@@ -368,6 +371,7 @@ class DumpViewer(_Shows):
         self._updating = False
         self._wire()
         self.refresh()
+        self.draw_plot()  # an empty Image widget shows as a broken picture
 
 # %% ../nbs/11_widgets.ipynb #6db59e14
 @patch
