@@ -110,10 +110,13 @@ def test_memory_bomb(sbx):
     next_call_works(sbx)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(240)
 def test_100mb_output(sbx):
+    # 0.2 s here; the generous limits are for slow CI machines (one timed out at 60 s)
+    t0 = time.monotonic()
     r = run(sbx.run('import sys\nfor _ in range(100):\n    sys.stdout.write("x" * 1_000_000)\n'
-                    'sys.stdout.write("THE END")', timeout=20.0))
+                    'sys.stdout.write("THE END")', timeout=120.0))
+    print(f'100 MB of output took {time.monotonic() - t0:.1f} s')
     assert r.status == 'ok', r
     assert r.stdout_bytes == 100_000_007 and len(r.stdout) < CFG.max_output_bytes + 100
     assert r.stdout.startswith('xxxx') and r.stdout.endswith('THE END') and 'bytes cut' in r.stdout

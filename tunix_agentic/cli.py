@@ -90,7 +90,7 @@ def _cmd_demo(args) -> int:
     if len(seeds) == 1:
         print(format_summary(run_demo(cfg)))
         return 0
-    res = run_seeds(cfg, seeds)
+    res = run_seeds(cfg, seeds, jobs=args.jobs)
     for s in res['runs']: print(format_summary(s))
     print('\n' + res['table'])
     print(f"table {res['paths']['table']}; figure {res['plot']}; summaries {res['paths']['summaries']}")
@@ -117,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help='seed(s); several run one after another and print one table')
     d.add_argument('--wandb', metavar='PROJECT', default=None,
                    help='also log to this Weights & Biases project (needs wandb)')
+    d.add_argument('--jobs', type=int, default=1, help='with several seeds: how many run at once, each in its own process (same numbers either way)')
     d.add_argument('--quick', action='store_true', help='a much shorter run, to check the pipeline')
     d.set_defaults(fn=_cmd_demo)
     e = sub.add_parser('episode', help='one scripted calculator episode, printed with tokens and masks')

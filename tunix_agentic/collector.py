@@ -4,7 +4,7 @@
 
 # %% ../nbs/07a_collector.ipynb #55480e59
 from __future__ import annotations
-import asyncio, hashlib, inspect, itertools, logging, time
+import asyncio, contextlib, hashlib, inspect, itertools, logging, time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 from fastcore.basics import patch
@@ -232,31 +232,34 @@ async def collect(self: TrajectoryCollectEngine, task: dict, *,
     sampling_seed = derive_seed(env_seed, episode_id) if sampling_seed is None else sampling_seed
     st = self.states[episode_id] = EpisodeState(episode_id, group_id)
     self._set(st, _S.PENDING)
+    # a lockstep engine batches only when every running episode waits on it (reproducible batches)
+    lockstep = getattr(self.rollout, 'lockstep', False)
     async with self._semaphore():
-        t0, env, ep, cancelled = time.perf_counter(), None, None, False
-        version = int(getattr(self.rollout, 'policy_version', 0))
-        try:
-            env = self._make_env(task); st.env_name = getattr(env, 'name', '')
-            ep = _Episode(task, env, self.agent_fn(task), st, env_seed, sampling_seed)
-            max_turns = min(c.max_turns, getattr(env, 'max_steps', c.max_turns))
-            async with asyncio.timeout(c.episode_timeout_s):
-                await self._run_episode(ep, max_turns)
-        except TimeoutError:
-            ep.status, ep.error = _S.TIMEOUT, f'episode exceeded {c.episode_timeout_s} s'
-        except asyncio.CancelledError:
-            cancelled = True
-            if ep is not None: ep.status, ep.error = _S.CANCELLED, 'cancelled'
-        except Exception as e:
-            _log.warning('episode %s failed: %r', episode_id, e, exc_info=True)
-            if ep is None: ep = _Episode(task, env, None, st, env_seed, sampling_seed)
-            ep.status, ep.error = _S.ERROR, f'{type(e).__name__}: {e}'
-        finally:
-            if env is not None:
-                t = time.perf_counter()
-                try: await asyncio.shield(env.close())
-                except BaseException as e:
-                    _log.warning('env.close of %s failed: %r', episode_id, e)
-                if ep is not None: ep.t_tools += time.perf_counter() - t
+        with (self.rollout.batcher.participant() if lockstep else contextlib.nullcontext()):
+            t0, env, ep, cancelled = time.perf_counter(), None, None, False
+            version = int(getattr(self.rollout, 'policy_version', 0))
+            try:
+                env = self._make_env(task); st.env_name = getattr(env, 'name', '')
+                ep = _Episode(task, env, self.agent_fn(task), st, env_seed, sampling_seed)
+                max_turns = min(c.max_turns, getattr(env, 'max_steps', c.max_turns))
+                async with asyncio.timeout(c.episode_timeout_s):
+                    await self._run_episode(ep, max_turns)
+            except TimeoutError:
+                ep.status, ep.error = _S.TIMEOUT, f'episode exceeded {c.episode_timeout_s} s'
+            except asyncio.CancelledError:
+                cancelled = True
+                if ep is not None: ep.status, ep.error = _S.CANCELLED, 'cancelled'
+            except Exception as e:
+                _log.warning('episode %s failed: %r', episode_id, e, exc_info=True)
+                if ep is None: ep = _Episode(task, env, None, st, env_seed, sampling_seed)
+                ep.status, ep.error = _S.ERROR, f'{type(e).__name__}: {e}'
+            finally:
+                if env is not None:
+                    t = time.perf_counter()
+                    try: await asyncio.shield(env.close())
+                    except BaseException as e:
+                        _log.warning('env.close of %s failed: %r', episode_id, e)
+                    if ep is not None: ep.t_tools += time.perf_counter() - t
     if ep is None:
         ep = _Episode(task, env, None, st, env_seed, sampling_seed)
         ep.status = _S.CANCELLED

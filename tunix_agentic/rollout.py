@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_rollout.ipynb #a4684e3b
 from __future__ import annotations
-import asyncio, concurrent.futures, logging, threading
+import asyncio, concurrent.futures, contextlib, logging, threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
@@ -75,11 +75,13 @@ class RequestBatcher:
                  batch_fn: Callable[[list[list[int]], list[SamplingParams]], list[GenerateOutput]],
                  *, max_batch_size: int = 64, # most requests per batch
                  max_wait_s: float = 0.0, # extra time to wait for more requests before a batch
-                 use_thread: bool = True): # run batches in a worker thread (False: inline)
+                 use_thread: bool = True, # run batches in a worker thread (False: inline)
+                 lockstep: bool = False): # batch only when every participant waits (reproducible)
         if max_batch_size < 1:
             raise ValueError(f'max_batch_size must be >= 1, got {max_batch_size}')
         self.batch_fn, self.max_batch_size, self.max_wait_s = batch_fn, max_batch_size, max_wait_s
-        self.use_thread = use_thread
+        self.use_thread, self.lockstep = use_thread, lockstep
+        self._active, self._changed = 0, asyncio.Event()  # participants; wakes a lockstep drain
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._queue: list[tuple[list[int], SamplingParams, asyncio.Future]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -94,9 +96,10 @@ def submit(self: RequestBatcher, prompt_ids: list[int], params: SamplingParams) 
     if self.closed: raise RuntimeError('RequestBatcher is closed')
     loop = asyncio.get_running_loop()
     if self._loop is not loop:  # a new loop (another run): forget the old one's state
-        self._loop, self._queue, self._drain = loop, [], None
+        self._loop, self._queue, self._drain, self._changed = loop, [], None, asyncio.Event()
     fut = loop.create_future()
     self._queue.append((list(prompt_ids), params, fut))
+    self._changed.set()
     if self._drain is None or self._drain.done(): self._drain = loop.create_task(self._drain_loop())
     return fut
 
@@ -107,6 +110,11 @@ async def _drain_loop(self: RequestBatcher):
     while self._queue:
         await asyncio.sleep(self.max_wait_s)  # let concurrent callers of this tick join the batch
         live = [r for r in self._queue if not r[2].done()]
+        if self.lockstep:
+            while live and len(live) < self._active:  # someone is still on its way (a tool call)
+                self._changed.clear(); await self._changed.wait()
+                live = [r for r in self._queue if not r[2].done()]
+            live.sort(key=lambda r: (len(r[0]), -1 if r[1].seed is None else r[1].seed, r[0]))
         batch, self._queue = live[:self.max_batch_size], live[self.max_batch_size:]
         if not batch: continue
         self.batch_sizes.append(len(batch))
@@ -127,6 +135,16 @@ async def _drain_loop(self: RequestBatcher):
             continue
         for (*_, f), o in zip(batch, outs):
             if not f.done(): f.set_result(o)
+
+@patch
+@contextlib.contextmanager
+def participant(self: RequestBatcher):
+    "Within this block the caller counts as one requester a `lockstep` batch waits for."
+    self._active += 1
+    try: yield self
+    finally:
+        self._active -= 1
+        self._changed.set()  # the others may all be waiting now
 
 @patch
 async def generate(self: RequestBatcher, prompt_ids: list[int],
@@ -159,6 +177,7 @@ class BaseRollout(ABC):
     max_batch_size: int = 64  # largest batch the RequestBatcher forms
     batch_wait_s: float = 0.0  # extra gathering time per batch
     batch_in_thread: bool = True  # run `generate` in a worker thread (keeps the event loop free)
+    lockstep: bool = False  # batches independent of timing (see `RequestBatcher`)
     _batcher: RequestBatcher | None = None
 
     @abstractmethod
@@ -171,7 +190,7 @@ class BaseRollout(ABC):
         if self._batcher is None or self._batcher.closed:
             self._batcher = RequestBatcher(self.generate, max_batch_size=self.max_batch_size,
                                            max_wait_s=self.batch_wait_s,
-                                           use_thread=self.batch_in_thread)
+                                           use_thread=self.batch_in_thread, lockstep=self.lockstep)
         return self._batcher
 
     async def agenerate(self, prompt_ids: list[int],
