@@ -35,7 +35,7 @@ class DemoConfig:
     num_heads: int = 8             # the demo model: the default tiny Qwen2 with more, narrower heads
     num_kv_heads: int = 4
     head_dim: int = 32
-    sft_short_steps: int = 300     # SFT stage 1: rows without the shared system prompt
+    sft_short_steps: int = 500     # SFT stage 1: rows without the shared system prompt
     sft_full_steps: int = 60       # SFT stage 2: the full context
     sft_batch: int = 32
     sft_lr: float = 3e-3
@@ -191,7 +191,7 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
             learning_rate=cfg.rl_lr, buckets=buckets, pad_id=pad, temperature=cfg.temperature,
             shared_prefix=16, micro_batches=cfg.rl_micro_batches, loss=LossConfig(advantage='grpo', aggregation='token-mean')))
         loop = OnlineLoop(rl, _collector(sampler, tok, cfg, cfg.group_size, cfg.seed, cfg.temperature),
-                          train, LoopConfig(steps=cfg.rl_steps, tasks_per_step=cfg.tasks_per_step,
+                          train, LoopConfig(steps=max(cfg.rl_steps, 1), tasks_per_step=cfg.tasks_per_step,
                                             output_dir=str(out / 'grpo'), progress=cfg.progress,
                                             plot_every=10), sinks=sinks)
         t = time.perf_counter()
