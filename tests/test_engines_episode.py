@@ -34,7 +34,8 @@ def envs():
 
 def collect(rollout, tok):
     eng = TrajectoryCollectEngine(rollout, tok, envs(),
-                                  config=CollectConfig.tiny(group_size=1, sampling=GREEDY))
+                                  config=CollectConfig.tiny(group_size=1, sampling=GREEDY,
+                                                            episode_timeout_s=600.0))  # slow CI
     [t] = eng.run([TASK])
     return t
 
