@@ -82,27 +82,10 @@ def run_episode(tok, turns, style='raw', **kw):
     return enc, prompt, sampled, deltas
 
 
-def oracle_mask(tok, ids, prompt_len):
-    "Independent mask: 1 after each `<|im_start|>assistant\\n` past the prompt, to `<|im_end|>`."
-    scaffold = tok.encode('<|im_start|>assistant\n')
-    assistant, newline = tok.convert_tokens_to_ids('assistant'), tok.encode('\n')[0]
-    assert scaffold == [TINY_SPEC.im_start_id, assistant, newline]
-    mask, i = [0] * len(ids), 0
-    while i < len(ids):
-        if ids[i:i + 3] == scaffold and i + 3 >= prompt_len:
-            j = i + 3
-            while j < len(ids) and ids[j] != EOS: mask[j] = 1; j += 1
-            if j < len(ids): mask[j] = 1
-            i = j + 1
-        else:
-            i += 1
-    return mask
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize('style', ['raw', 'structured'])
 @pytest.mark.parametrize('template', ['tiny', 'qwen2_5', 'qwen3'])
-def test_golden_masks(template, style):
+def test_golden_masks(template, style, oracle_mask):
     tok = tokenizer_for(template)
     think = template != 'qwen2_5'  # Qwen2.5 does not think
     enc, prompt, sampled, deltas = run_episode(tok, script(think), style, drift_policy='error')
@@ -114,7 +97,10 @@ def test_golden_masks(template, style):
     assert ids[:len(prompt)] == prompt and enc.prompt_len == len(prompt)
     assert not any(mask[:len(prompt)])
     # mask is 1 exactly on the sampled tokens (independent oracle from the token structure)
-    assert mask == oracle_mask(tok, ids, enc.prompt_len)
+    scaffold = tok.encode('<|im_start|>assistant\n')
+    assert scaffold == [TINY_SPEC.im_start_id, tok.convert_tokens_to_ids('assistant'),
+                        tok.encode('\n')[0]]
+    assert mask == oracle_mask(ids, enc.prompt_len, scaffold, EOS)
     assert sum(mask) == sum(len(s[0]) for s in sampled)
     # each mask-1 run is one assistant turn, decoding to its text plus the sampled <|im_end|>
     r = runs(mask)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/03a_chat.ipynb #d5dc8cf2
 from __future__ import annotations
-import copy, difflib, logging
+import copy, difflib, logging, weakref
 from dataclasses import dataclass
 from fastcore.basics import patch
 from .types import ToolCall
@@ -12,8 +12,71 @@ from .types import ToolCall
 log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['log', 'Drift', 'ChatDriftError', 'token_drift', 'truncate_tokens', 'escape_special_tokens', 'EpisodeEncoder',
-           'mask_runs', 'response_spans']
+__all__ = ['log', 'ChatFormat', 'chat_format', 'Drift', 'ChatDriftError', 'token_drift', 'truncate_tokens',
+           'escape_special_tokens', 'EpisodeEncoder', 'mask_runs', 'response_spans']
+
+# %% ../nbs/03a_chat.ipynb #50e092a0
+@dataclass(frozen=True)
+class ChatFormat:
+    "Where assistant turns start and end in a tokenizer's chat template."
+    end_of_turn: str  # token text that closes an assistant turn, e.g. '<|im_end|>'
+    end_ids: tuple[int, ...]  # ids that end a sampled turn: end_of_turn's first, then the eos
+    assistant_header: str  # what the generation prompt adds, e.g. '<|im_start|>assistant\n'
+    @property
+    def end_id(self) -> int: return self.end_ids[0]
+
+
+# %% ../nbs/03a_chat.ipynb #093f917c
+_FORMATS = weakref.WeakKeyDictionary()  # tokenizer -> {chat template: ChatFormat}
+_PROBE = ('Probe question.', 'Probe reply.', 'Probe again.')
+
+def _describe(tokenizer) -> str:
+    name = getattr(tokenizer, 'name_or_path', '') or ''
+    return f'tokenizer {type(tokenizer).__name__}' + (f' {name!r}' if name else '')
+
+def _render_probe(tokenizer, messages: list[dict], gen: bool) -> str:
+    "Render a probe conversation; a template that cannot is an error naming the tokenizer."
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
+    except Exception as e:
+        raise ValueError(f'{_describe(tokenizer)}: its chat template cannot render '
+                         f'{[m["role"] for m in messages]} ({e}); expected a chat template with '
+                         'user and assistant turns') from e
+
+
+# %% ../nbs/03a_chat.ipynb #c0c4e37d
+def _find_format(tokenizer) -> ChatFormat:
+    "Render probe conversations and read the assistant header and end-of-turn token off them."
+    q, a, again = _PROBE
+    user = [{'role': 'user', 'content': q}]
+    bare, prompt = _render_probe(tokenizer, user, False), _render_probe(tokenizer, user, True)
+    if not prompt.startswith(bare) or prompt == bare:
+        raise ValueError(f'{_describe(tokenizer)}: add_generation_prompt=True does not append an '
+                         f'assistant header (got {prompt[len(bare):]!r} after {bare[-40:]!r}); '
+                         "expected one such as '<|im_start|>assistant\\n'")
+    text = _render_probe(tokenizer, user + [{'role': 'assistant', 'content': a},
+                                            {'role': 'user', 'content': again}], False)
+    after = text[text.find(a) + len(a):text.rfind(again)] if a in text else ''
+    added = set(tokenizer.get_added_vocab().values())
+    eot = next((i for i in tokenizer.encode(after, add_special_tokens=False) if i in added), None)
+    if eot is None:
+        raise ValueError(f'{_describe(tokenizer)}: no special token closes the assistant turn in '
+                         f'its chat template (after the reply comes {after!r}); expected an '
+                         'end-of-turn token such as <|im_end|>, <|eot_id|> or <end_of_turn>')
+    eos = getattr(tokenizer, 'eos_token_id', None)
+    ends = (eot,) + ((int(eos),) if eos is not None and eos != eot else ())
+    return ChatFormat(tokenizer.convert_ids_to_tokens(eot), ends, prompt[len(bare):])
+
+
+# %% ../nbs/03a_chat.ipynb #d48dca29
+def chat_format(tokenizer) -> ChatFormat:
+    "The end-of-turn token, stop ids and assistant header of `tokenizer`'s chat template."
+    template = getattr(tokenizer, 'chat_template', None)
+    try: cache = _FORMATS.setdefault(tokenizer, {})
+    except TypeError: cache = {}  # not weakly referenceable: no caching
+    if template not in cache: cache[template] = _find_format(tokenizer)
+    return cache[template]
+
 
 # %% ../nbs/03a_chat.ipynb #b690315c
 @dataclass(frozen=True)
@@ -98,10 +161,7 @@ class EpisodeEncoder:
         self.escape_tool_special_tokens = escape_tool_special_tokens
         self.tools = [getattr(t, 'schema', t) for t in (tools or [])] or None
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        if end_of_turn is None:
-            i = tokenizer.convert_tokens_to_ids('<|im_end|>')
-            has_im_end = i is not None and i != tokenizer.unk_token_id
-            end_of_turn = '<|im_end|>' if has_im_end else tokenizer.eos_token
+        if end_of_turn is None: end_of_turn = chat_format(tokenizer).end_of_turn
         self.eot_text, self.eot_id = end_of_turn, tokenizer.convert_tokens_to_ids(end_of_turn)
         if self.eot_id is None or self.eot_id == tokenizer.unk_token_id:
             raise ValueError(f'end_of_turn {end_of_turn!r} is not a token of this tokenizer')

@@ -14,6 +14,7 @@ from .envs import BaseEnv, EnvGroup
 from .agents import BaseAgent, ToolAgent
 from .rewards import mc_returns
 from .dumps import DumpWriter
+from .chat import chat_format
 
 # %% auto #0
 __all__ = ['CollectConfig', 'EpisodeState', 'derive_seed', 'TrajectoryCollectEngine']
@@ -93,10 +94,7 @@ class TrajectoryCollectEngine:
         self.on_state, self.on_trajectory = on_state, on_trajectory
         self.states: dict[str, EpisodeState] = {}
         self.max_states = max_states
-        self.end_id = tokenizer.convert_tokens_to_ids('<|im_end|>')
-        if self.end_id is None or self.end_id == getattr(tokenizer, 'unk_token_id', None):
-            raise ValueError('the tokenizer has no <|im_end|> token; '
-                             'the collector needs a Qwen-style chat tokenizer')
+        self.chat_format = chat_format(tokenizer)  # end of turn, stop ids (read off the template)
         self._groups = itertools.count()
         self._sem: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
 
@@ -148,7 +146,8 @@ def _encoder(self: TrajectoryCollectEngine, tools: list[dict]):
     return EpisodeEncoder(self.tokenizer, tools=tools or None, max_seq_len=c.max_seq_len,
                           tool_output_max_tokens=c.tool_output_max_tokens,
                           drift_policy=c.drift_policy,
-                          chat_template_kwargs=c.chat_template_kwargs, end_of_turn='<|im_end|>')
+                          chat_template_kwargs=c.chat_template_kwargs,
+                          end_of_turn=self.chat_format.end_of_turn)
 
 @patch
 def _decode_response(self: TrajectoryCollectEngine, out: GenerateOutput, stops: set[int]) -> str:
@@ -176,7 +175,7 @@ async def _run_episode(self: TrajectoryCollectEngine, ep: _Episode, max_turns: i
         ep.status = _S.MAX_LENGTH
         ep.error = f'the prompt has {n} tokens; max_seq_len is {c.max_seq_len}'
         return
-    stops = set(c.sampling.stop_token_ids) | {self.end_id}
+    stops = set(c.sampling.stop_token_ids) | set(self.chat_format.end_ids)
     for turn in range(max_turns):
         budget = enc.remaining()
         if budget <= 0: ep.status = _S.MAX_LENGTH; return

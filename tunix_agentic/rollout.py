@@ -9,6 +9,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 from fastcore.basics import patch
+from .chat import chat_format
 
 # %% auto #0
 __all__ = ['FINISH_REASONS', 'SamplingParams', 'GenerateOutput', 'run_sync', 'RequestBatcher', 'as_params_list', 'BaseRollout',
@@ -212,11 +213,15 @@ class ScriptedPolicy(BaseRollout):
     def __init__(self, tokenizer, # a HF tokenizer with the chat special tokens
                  responses: Sequence[str] | Callable[[str], str], # turn texts, or prompt -> text
                  *, logprob: float = -0.5, # logprob reported for every sampled token
-                 end_token: str = '<|im_end|>', # appended to every response (a stop token)
-                 turn_marker: str = '<|im_start|>assistant'): # counted in the prompt: the turn
+                 end_token: str | None = None, # ends every response (None: template's end of turn)
+                 turn_marker: str | None = None): # counted in the prompt (None: assistant header)
         if not callable(responses) and not len(responses):
             raise ValueError('ScriptedPolicy needs at least one response')
         self.tokenizer, self.responses, self.logprob = tokenizer, responses, float(logprob)
+        if end_token is None or turn_marker is None:
+            fmt = chat_format(tokenizer)
+            end_token = end_token or fmt.end_of_turn
+            turn_marker = turn_marker or fmt.assistant_header
         self.end_id = tokenizer.convert_tokens_to_ids(end_token)
         if self.end_id is None or self.end_id == getattr(tokenizer, 'unk_token_id', -1):
             raise ValueError(f'end_token {end_token!r} is not a token of this tokenizer')

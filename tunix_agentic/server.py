@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 from fastcore.basics import patch
 from .rollout import BaseRollout, GenerateOutput, SamplingParams, as_params_list
 from .parsers import ParseResult, ToolParser, get_tool_parser
+from .chat import chat_format
 
 # %% auto #0
 __all__ = ['KEEP_ALIVE_S', 'CLIENT_LIMITS', 'EngineHTTPError', 'error_response', 'validation_message', 'install_error_handlers',
@@ -167,9 +168,7 @@ class EngineServer:
                  max_tokens: int = 512): # default and upper bound of a request's max_tokens
         self.engine, self.tokenizer, self.model, self.api_key = engine, tokenizer, model, api_key
         self.parser, self.max_tokens = get_tool_parser(parser), max_tokens
-        ids = [tokenizer.convert_tokens_to_ids('<|im_end|>'), tokenizer.eos_token_id]
-        unk = getattr(tokenizer, 'unk_token_id', None)
-        self.end_ids = sorted({int(i) for i in ids if i is not None and i != unk})
+        self.end_ids = sorted(chat_format(tokenizer).end_ids)  # end of turn and eos
         self.vocab_size = len(tokenizer)
         self.records: dict[str, list[dict]] = {}
         self.app = _engine_app(self)

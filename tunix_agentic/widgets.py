@@ -539,8 +539,10 @@ class EpisodeDriver:
         self.tokenizer, self.policy = tokenizer, policy
         self.config = config or CollectConfig()
         self.agent_fn = agent_fn or (lambda task: ToolAgent())
-        self.end_id = tokenizer.convert_tokens_to_ids('<|im_end|>')
-        self.stops = set(self.config.sampling.stop_token_ids) | {self.end_id}
+        from tunix_agentic.chat import chat_format
+        self.chat_format = fmt = chat_format(tokenizer)  # end of turn and stop ids (template)
+        self.end_id = fmt.end_id
+        self.stops = set(self.config.sampling.stop_token_ids) | set(fmt.end_ids)
         self.env = self.agent = self.enc = None
         self.task: dict = {}
         self.status, self.error = TrajectoryStatus.PENDING, None
@@ -582,7 +584,8 @@ async def reset(self: EpisodeDriver, env: Any, # a `envs.BaseEnv` (fresh, or reu
                               max_seq_len=c.max_seq_len,
                               tool_output_max_tokens=c.tool_output_max_tokens,
                               drift_policy=c.drift_policy,
-                              chat_template_kwargs=c.chat_template_kwargs, end_of_turn='<|im_end|>')
+                              chat_template_kwargs=c.chat_template_kwargs,
+                              end_of_turn=self.chat_format.end_of_turn)
     self.enc.start(self.agent.chat_completions)
     self._set('running')
     return self._record()
