@@ -157,16 +157,26 @@ class KVCache:
     def slots(self) -> int: return self.k[0].shape[1]
 
 # %% ../nbs/08_models.ipynb #68f3513b
-def attend(q_bthd, k_bshd, v_bshd, mask_bts) -> jax.Array:
+def attend(q_bthd, k_bshd, v_bshd, mask_bts,
+           prefix_kv: tuple | None = None, # `(k_pkd, v_pkd)`: a prefix every row sees in full, stored once
+          ) -> jax.Array:
     "Grouped-query softmax attention; `mask_bts` True where a query may see a key."
     b, t, h, d = q_bthd.shape
+    n = 0 if prefix_kv is None else prefix_kv[0].shape[0]
+    if n and t > 1:  # a block of queries (prefill, learner): copying the prefix to the rows runs faster
+        k_bshd, v_bshd = (jnp.concatenate([jnp.broadcast_to(x[None], (b, *x.shape)).astype(y.dtype), y], 1)
+                          for x, y in zip(prefix_kv, (k_bshd, v_bshd)))
+        mask_bts, n = jnp.concatenate([jnp.ones((b, t, n), bool), mask_bts], 2), 0
     kvh = k_bshd.shape[2]
     q = q_bthd.reshape(b, t, kvh, h // kvh, d)
     s = jnp.einsum('btkgd,bskd->bkgts', q, k_bshd, preferred_element_type=jnp.float32)
-    s = s / math.sqrt(d)
-    s = jnp.where(mask_bts[:, None, None], s, jnp.finfo(jnp.float32).min)
+    s = jnp.where(mask_bts[:, None, None], s / math.sqrt(d), jnp.finfo(jnp.float32).min)
+    if n:  # a decode step: all rows' queries meet the shared keys in one matmul, no copy per row
+        sp = jnp.einsum('btkgd,pkd->bkgtp', q, prefix_kv[0], preferred_element_type=jnp.float32)
+        s = jnp.concatenate([sp / math.sqrt(d), s], -1)  # one softmax over prefix and row keys
     p = jax.nn.softmax(s, axis=-1).astype(v_bshd.dtype)
-    o = jnp.einsum('bkgts,bskd->btkgd', p, v_bshd, preferred_element_type=jnp.float32)
+    o = jnp.einsum('bkgts,bskd->btkgd', p[..., n:], v_bshd, preferred_element_type=jnp.float32)
+    if n: o = o + jnp.einsum('bkgtp,pkd->btkgd', p[..., :n], prefix_kv[1], preferred_element_type=jnp.float32)
     return o.reshape(b, t, h * d).astype(q_bthd.dtype)
 
 # %% ../nbs/08_models.ipynb #db40d277
@@ -187,7 +197,7 @@ class Attention(nnx.Module):
             self.q_norm = RMSNorm(hd, eps=cfg.rms_norm_eps, dtype=cfg.jnp_dtype)
             self.k_norm = RMSNorm(hd, eps=cfg.rms_norm_eps, dtype=cfg.jnp_dtype)
 
-    def __call__(self, x_btd, positions_bt, mask_bts, kv=None, index=None):
+    def __call__(self, x_btd, positions_bt, mask_bts, kv=None, index=None, prefix_kv=None):
         "Returns the output and, with a cache `kv=(k, v)`, the updated `(k, v)`."
         cfg, (b, t, _) = self.cfg, x_btd.shape
         q = self.q_proj(x_btd).reshape(b, t, cfg.num_heads, cfg.head_dim)
@@ -198,7 +208,7 @@ class Attention(nnx.Module):
         if kv is not None:
             k = jax.lax.dynamic_update_slice_in_dim(kv[0], k.astype(kv[0].dtype), index, axis=1)
             v = jax.lax.dynamic_update_slice_in_dim(kv[1], v.astype(kv[1].dtype), index, axis=1)
-        return self.o_proj(attend(q, k, v, mask_bts)), (k, v)
+        return self.o_proj(attend(q, k, v, mask_bts, prefix_kv)), (k, v)
 
 class MLP(nnx.Module):
     "SwiGLU feed-forward: `down(silu(gate(x)) * up(x))`."
@@ -216,8 +226,8 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps,
                                                 dtype=cfg.jnp_dtype)
         self.mlp = MLP(cfg, rngs=rngs)
-    def __call__(self, x, positions_bt, mask_bts, kv=None, index=None):
-        a, kv = self.self_attn(self.input_layernorm(x), positions_bt, mask_bts, kv, index)
+    def __call__(self, x, positions_bt, mask_bts, kv=None, index=None, prefix_kv=None):
+        a, kv = self.self_attn(self.input_layernorm(x), positions_bt, mask_bts, kv, index, prefix_kv)
         x = x + a
         return x + self.mlp(self.post_attention_layernorm(x)), kv
 
@@ -234,7 +244,8 @@ class Qwen2(nnx.Module):
             self.lm_head = _linear(cfg.hidden_size, cfg.vocab_size, False, cfg, rngs)
 
     def __call__(self, tokens_bt: jax.Array, positions_bt: jax.Array | None = None,
-                 cache: KVCache | None = None, attn_mask_bs: jax.Array | None = None):
+                 cache: KVCache | None = None, attn_mask_bs: jax.Array | None = None,
+                 prefix: KVCache | None = None): # a full 1-row cache of a prefix all rows follow
         b, t = tokens_bt.shape
         if positions_bt is None: positions_bt = jnp.broadcast_to(jnp.arange(t), (b, t))
         start = 0 if cache is None else cache.index
@@ -246,7 +257,8 @@ class Qwen2(nnx.Module):
         ks, vs = [], []
         for i, layer in enumerate(self.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
-            x, (k, v) = layer(x, positions_bt, mask_bts, kv, start)
+            pkv = None if prefix is None else (prefix.k[i][0], prefix.v[i][0])
+            x, (k, v) = layer(x, positions_bt, mask_bts, kv, start, pkv)
             ks.append(k); vs.append(v)
         x = self.norm(x)
         if self.cfg.tie_word_embeddings: logits = self.embed_tokens.attend(x)

@@ -56,14 +56,13 @@ def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_
     "Prefill plus KV-cache decode; returns `(tokens_bg, logprobs_bg, lengths_b, stopped_b)`."
     model = nnx.merge(graphdef, state)
     (b, p), q = tokens_bp.shape, 0 if prefix_1q is None else prefix_1q.shape[1]
-    cache = KVCache.init(model.cfg, 1 if q else b, q + p + max_new)
-    if q:  # the prefix every row shares: prefilled once, its keys/values broadcast to the rows
-        _, cache = model(prefix_1q, jnp.arange(q)[None], cache)
-        cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (b, *x.shape[1:])) if x.ndim else x, cache)
-    valid_bs = jnp.concatenate([jnp.ones((b, q), bool), mask_bp.astype(bool),
-                                jnp.zeros((b, max_new), bool)], 1)
+    pre = None  # the prefix every row shares: prefilled once; rows attend to it in place (cascade)
+    if q: _, pre = model(prefix_1q, jnp.arange(q)[None], KVCache.init(model.cfg, 1, q))
+    cache = KVCache.init(model.cfg, b, p + max_new)  # the rows' own slots only
+    valid_bs = jnp.concatenate([mask_bp.astype(bool), jnp.zeros((b, max_new), bool)], 1)
     plen_b = q + mask_bp.sum(1).astype(jnp.int32)
-    logits, cache = model(tokens_bp, q + jnp.maximum(jnp.cumsum(mask_bp, 1) - 1, 0), cache, valid_bs)
+    logits, cache = model(tokens_bp, q + jnp.maximum(jnp.cumsum(mask_bp, 1) - 1, 0), cache, valid_bs,
+                          prefix=pre)
     def step_keys(i): return jax.vmap(jax.random.fold_in, (0, None))(keys_b, i)
     sample = partial(sample_step, use_filter=use_filter, all_greedy=all_greedy)
     tok, lp = sample(logits[:, -1], step_keys(0), temp_b, top_k_b, top_p_b)
@@ -77,8 +76,8 @@ def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_
     def cond(c): return (c[0] < max_new) & ~jnp.all(c[-1])
     def body(c):
         i, cache, valid, last, out_t, out_l, length, stopped, done = c
-        valid = jax.lax.dynamic_update_slice_in_dim(valid, jnp.ones((b, 1), bool), q + p + i - 1, 1)
-        logits, cache = model(last[:, None], (plen_b + i - 1)[:, None], cache, valid)
+        valid = jax.lax.dynamic_update_slice_in_dim(valid, jnp.ones((b, 1), bool), p + i - 1, 1)
+        logits, cache = model(last[:, None], (plen_b + i - 1)[:, None], cache, valid, prefix=pre)
         tok, lp = sample(logits[:, 0], step_keys(i), temp_b, top_k_b, top_p_b)
         tok = jnp.where(done, 0, tok)
         out_t = jax.lax.dynamic_update_slice_in_dim(out_t, tok[:, None], i, 1)
