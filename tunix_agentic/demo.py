@@ -175,7 +175,7 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
                                max_seq_len=cfg.max_seq_len, seed=cfg.seed)
         times['demonstrations_s'] = time.perf_counter() - t
         # few row lengths (each new one compiles the update again): SFT rows and RL rows past the prefix
-        pad, buckets = tok.convert_tokens_to_ids('<|endoftext|>'), (128, 144, 160, 192, 256, 384, 512, 768, 1024)
+        pad, buckets = tok.convert_tokens_to_ids('<|endoftext|>'), (128, 160, 192, 256, 384, 512, 768, 1024)
         sft = Trainer(model, TrainerConfig(learning_rate=cfg.sft_lr, warmup_steps=10, buckets=buckets,
                                            pad_id=pad, shared_prefix=16))
         t = time.perf_counter()

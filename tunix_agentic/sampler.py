@@ -49,17 +49,22 @@ def sample_step(logits_bv, keys_b, temp_b, top_k_b, top_p_b, use_filter: bool = 
     return tok, jnp.take_along_axis(logp, tok[:, None], -1)[:, 0]
 
 # %% ../nbs/09_sampler.ipynb #5197376d
-@partial(jax.jit, static_argnames=('graphdef', 'max_new', 'use_filter', 'all_greedy'))
+@partial(jax.jit, static_argnames=('graphdef', 'max_new', 'use_filter', 'all_greedy', 'cascade'))
 def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_b, max_new_b,
                     stops_bk, keys_b, prefix_1q=None, *, max_new: int, use_filter: bool,
-                    all_greedy: bool = False):
+                    all_greedy: bool = False, cascade: bool = False):
     "Prefill plus KV-cache decode; returns `(tokens_bg, logprobs_bg, lengths_b, stopped_b)`."
     model = nnx.merge(graphdef, state)
     (b, p), q = tokens_bp.shape, 0 if prefix_1q is None else prefix_1q.shape[1]
-    pre = None  # the prefix every row shares: prefilled once; rows attend to it in place (cascade)
-    if q: _, pre = model(prefix_1q, jnp.arange(q)[None], KVCache.init(model.cfg, 1, q))
-    cache = KVCache.init(model.cfg, b, p + max_new)  # the rows' own slots only
-    valid_bs = jnp.concatenate([mask_bp.astype(bool), jnp.zeros((b, max_new), bool)], 1)
+    pre, r = None, 0 if cascade else q  # the prefix every row shares is prefilled once; r: its row slots
+    if cascade and q:  # rows attend to it in place: a one-row cache, none of it in the rows' cache
+        _, pre = model(prefix_1q, jnp.arange(q)[None], KVCache.init(model.cfg, 1, q))
+    cache = KVCache.init(model.cfg, 1 if r else b, r + p + max_new)
+    if r:  # ... or its keys/values are broadcast into every row's cache
+        _, cache = model(prefix_1q, jnp.arange(q)[None], cache)
+        cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (b, *x.shape[1:])) if x.ndim else x, cache)
+    valid_bs = jnp.concatenate([jnp.ones((b, r), bool), mask_bp.astype(bool),
+                                jnp.zeros((b, max_new), bool)], 1)
     plen_b = q + mask_bp.sum(1).astype(jnp.int32)
     logits, cache = model(tokens_bp, q + jnp.maximum(jnp.cumsum(mask_bp, 1) - 1, 0), cache, valid_bs,
                           prefix=pre)
@@ -76,7 +81,7 @@ def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_
     def cond(c): return (c[0] < max_new) & ~jnp.all(c[-1])
     def body(c):
         i, cache, valid, last, out_t, out_l, length, stopped, done = c
-        valid = jax.lax.dynamic_update_slice_in_dim(valid, jnp.ones((b, 1), bool), p + i - 1, 1)
+        valid = jax.lax.dynamic_update_slice_in_dim(valid, jnp.ones((b, 1), bool), r + p + i - 1, 1)
         logits, cache = model(last[:, None], (plen_b + i - 1)[:, None], cache, valid, prefix=pre)
         tok, lp = sample(logits[:, 0], step_keys(i), temp_b, top_k_b, top_p_b)
         tok = jnp.where(done, 0, tok)
@@ -103,6 +108,7 @@ class SamplerConfig:
     min_gen_bucket: int = 64      # smallest padded decode budget
     stop_bucket: int = 8          # stop ids per row (padded; more are allowed, in powers of two)
     shared_prefix: int = 0        # prefill a prefix all rows share once (a multiple of this; 0 = off)
+    cascade: bool = False         # decode attends to that prefix in place instead of copying it per row
     seed: int = 0                 # seeds requests that carry none
     def __post_init__(self):
         for f in ('max_batch', 'min_batch_bucket', 'min_prompt_bucket', 'min_gen_bucket',
@@ -207,7 +213,7 @@ def _run_batch(self: JaxSampler, prompts: list[list[int]], params: list[Sampling
         arr(lambda s: s.temperature, np.float32), arr(lambda s: s.top_k, np.int32),
         arr(lambda s: s.top_p, np.float32), arr(lambda s: s.max_new_tokens, np.int32),
         jnp.asarray(stops), keys, jnp.asarray([prefix], jnp.int32) if q else None,
-        max_new=g, use_filter=use_filter, all_greedy=all_greedy)
+        max_new=g, use_filter=use_filter, all_greedy=all_greedy, cascade=self.config.cascade)
     out_t, out_l, length, stopped = jax.device_get(out)
     return [GenerateOutput(out_t[i, :length[i]].tolist(), out_l[i, :length[i]].tolist(),
                            'stop' if stopped[i] else 'length') for i in range(n)]

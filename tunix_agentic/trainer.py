@@ -131,9 +131,10 @@ def make_optimizer(cfg: TrainerConfig) -> optax.GradientTransformation:
 def _forward(model, batch: dict) -> jax.Array:
     "Logits `[B, T, V]` of the rows; a shared `prefix` runs once and its keys/values serve every row."
     if 'prefix' not in batch: return model(batch['tokens'], batch['positions'])
-    p = batch['prefix'].shape[1]
-    _, pre = model(batch['prefix'], jnp.arange(p)[None], KVCache.init(model.cfg, 1, p))
-    return model(batch['tokens'], batch['positions'], prefix=pre)  # cascade: rows attend to it in place
+    (b, t), p = batch['tokens'].shape, batch['prefix'].shape[1]
+    _, cache = model(batch['prefix'], jnp.arange(p)[None], KVCache.init(model.cfg, 1, p + t))
+    cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (b, *x.shape[1:])) if x.ndim else x, cache)
+    return model(batch['tokens'], batch['positions'], cache)[0]
 
 def _logp(graphdef, params, rest, batch, temperature):
     logits = _forward(nnx.merge(graphdef, params, rest), batch)
