@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['log', 'LOSS_FNS', 'trajectory_advantages', 'bucket_length', 'shared_prefix_len', 'make_batch', 'TrainerConfig',
-           'make_optimizer', 'sft_loss', 'grpo_loss', 'train_step', 'Trainer']
+           'make_optimizer', 'sft_loss', 'grpo_loss', 'train_step', 'Trainer', 'length_sorted_micro_batches']
 
 # %% ../nbs/10b_trainer.ipynb #c36be68b
 def trajectory_advantages(trajs: Sequence[Trajectory], estimator: str = 'grpo') -> np.ndarray:
@@ -74,13 +74,14 @@ def make_batch(trajs: Sequence[Trajectory], *, pad_id: int = 0,
     tokens = np.full((B, T), pad_id, np.int32)
     mask = np.zeros((B, T), np.float32); old = np.zeros((B, T), np.float32)
     truncated = np.zeros(B, np.float32); reward = np.zeros(B, np.float32)
+    lengths = np.zeros(B, np.int32)  # tokens of each row before padding (0 for filler rows)
     for i, t in enumerate(trajs):
         n = len(t.input_ids)
         if n > T:
             log.warning('trajectory %s has %d tokens, more than the largest bucket %d: cut',
                         t.episode_id, n, T)
             n = T; truncated[i] = 1
-        tokens[i, :n] = t.input_ids[:n]
+        tokens[i, :n] = t.input_ids[:n]; lengths[i] = n
         mask[i, :n - 1] = t.response_mask[1:n]
         old[i, :n - 1] = t.logprobs[1:n]
         truncated[i] = max(truncated[i], float(t.status == TrajectoryStatus.MAX_LENGTH))
@@ -90,7 +91,8 @@ def make_batch(trajs: Sequence[Trajectory], *, pad_id: int = 0,
     if advantages is not None: adv[:len(trajs)] = advantages
     out = dict(tokens=tokens, targets=targets,
                positions=np.broadcast_to(P + np.arange(T), (B, T)).astype(np.int32),
-               mask=mask, old_logp=old, adv=adv, reward=reward, truncated=truncated)
+               mask=mask, old_logp=old, adv=adv, reward=reward, truncated=truncated,
+               lengths=lengths)
     if P: out['prefix'] = prefix
     return out
 
@@ -105,6 +107,7 @@ class TrainerConfig:
     max_grad_norm: float = 1.0          # global-norm clip
     warmup_steps: int = 0
     micro_batches: int = 1              # gradient accumulation: the batch is cut into this many
+    sort_micro_batches: bool = False    # micro-batches of rows of similar length, each padded to its own bucket
     temperature: float = 1.0            # sampling temperature the engine's logprobs used
     use_engine_logprobs: bool = True    # ratio vs the engine's logprobs (else vs the current policy)
     loss: LossConfig = field(default_factory=LossConfig)
@@ -243,12 +246,69 @@ def update(self: Trainer, batch: dict, kind: str = 'grpo') -> dict[str, float]:
     if batch['tokens'].shape[0] % self.cfg.micro_batches:
         raise ValueError(f"batch of {batch['tokens'].shape[0]} rows does not split into "
                          f'{self.cfg.micro_batches} micro-batches')
+    if self.cfg.sort_micro_batches and self.cfg.micro_batches > 1:
+        return _length_sorted_update(self, batch, kind)
     batch = _device_batch(self, batch, _DEVICE_KEYS)
     self.params, self.opt_state, m = train_step(
         self.params, self.opt_state, self.rest, self.ref_params, batch, graphdef=self.graphdef,
         tx=self.tx, kind=kind, cfg=self.cfg)
     self.step += 1
     return {k: float(v) for k, v in m.items()}
+
+# %% ../nbs/10b_trainer.ipynb #77c128b2
+def length_sorted_micro_batches(batch: dict, micro_batches: int, buckets: Sequence[int]) -> list[dict]:
+    "Rows sorted by `lengths`, cut into `micro_batches` equal groups, each cut to its longest row's bucket."
+    B, T = batch['tokens'].shape
+    lengths = np.asarray(batch.get('lengths', np.full(B, T)))
+    order, n = np.argsort(lengths, kind='stable'), B // micro_batches
+    groups = []
+    for g in range(micro_batches):
+        idx = order[g * n:(g + 1) * n]
+        t = min(T, bucket_length(max(int(lengths[idx].max()), 1), buckets))
+        groups.append({k: v if k == 'prefix' else v[idx, :t] if v.ndim == 2 else v[idx]
+                       for k, v in batch.items()})
+    return groups
+
+def _trained_units(micro: dict, kind: str, cfg: TrainerConfig) -> tuple[float, float]:
+    "(what the loss averages over: tokens or rows, trained tokens) of one micro-batch."
+    m = micro['mask']
+    if kind == 'grpo' and cfg.loss.overlong_filter: m = m * (1 - micro['truncated'])[:, None]
+    agg = 'token-mean' if kind == 'sft' else cfg.loss.aggregation
+    return float(m.sum() if agg == 'token-mean' else (m.sum(-1) > 0).sum()), float(m.sum())
+
+@partial(jax.jit, static_argnames=('graphdef', 'kind', 'cfg'), donate_argnames=('acc',))
+def _accumulate_grad(acc, weight, params, rest, ref_params, micro, *, graphdef, kind: str,
+                     cfg: TrainerConfig):
+    "`acc + weight * (gradient, metrics)` of one micro-batch."
+    (_, m), g = jax.value_and_grad(LOSS_FNS[kind], has_aux=True)(params, graphdef, rest, micro, cfg,
+                                                                ref_params)
+    return jax.tree.map(lambda a, x: a + weight * x, acc, (g, m))
+
+@partial(jax.jit, static_argnames=('tx',))
+def _apply_grad(params, opt_state, g, *, tx):
+    updates, opt_state = tx.update(g, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, optax.global_norm(g)
+
+def _length_sorted_update(self: Trainer, batch: dict, kind: str) -> dict[str, float]:
+    micros = length_sorted_micro_batches(batch, self.cfg.micro_batches, self.cfg.buckets)
+    units = np.array([_trained_units(mb, kind, self.cfg) for mb in micros])
+    weights = units[:, 0] / units[:, 0].sum() if units[:, 0].sum() else np.full(len(micros), 1 / len(micros))
+    acc = None
+    for micro, w in zip(micros, weights):
+        if not w: continue  # nothing trained in it: its loss and gradient are zero
+        micro = _device_batch(self, micro, _DEVICE_KEYS)
+        if acc is None:
+            shapes = jax.eval_shape(lambda: LOSS_FNS[kind](self.params, self.graphdef, self.rest, micro,
+                                                           self.cfg, self.ref_params)[1])
+            acc = jax.tree.map(jnp.zeros_like, self.params), jax.tree.map(
+                lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        acc = _accumulate_grad(acc, jnp.float32(w), self.params, self.rest, self.ref_params, micro,
+                               graphdef=self.graphdef, kind=kind, cfg=self.cfg)
+    g, m = acc
+    self.params, self.opt_state, gnorm = _apply_grad(self.params, self.opt_state, g, tx=self.tx)
+    self.step += 1
+    return {**{k: float(v) for k, v in m.items()}, 'tokens': float(units[:, 1].sum()),
+            'grad_norm': float(gnorm)}
 
 # %% ../nbs/10b_trainer.ipynb #46d71373
 @patch
