@@ -4,16 +4,17 @@
 
 # %% ../nbs/03a_chat.ipynb #d5dc8cf2
 from __future__ import annotations
-import copy, difflib, logging, weakref
+import copy, difflib, json, logging, weakref
 from dataclasses import dataclass
 from fastcore.basics import patch
 from .types import ToolCall
+from .tokens import (Drift, ChatDriftError, token_drift, truncate_tokens, escape_special_tokens,
+                                   mask_runs, response_spans)
 
 log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['log', 'ChatFormat', 'chat_format', 'Drift', 'ChatDriftError', 'token_drift', 'truncate_tokens',
-           'escape_special_tokens', 'EpisodeEncoder', 'mask_runs', 'response_spans']
+__all__ = ['log', 'ChatFormat', 'chat_format', 'EpisodeEncoder']
 
 # %% ../nbs/03a_chat.ipynb #50e092a0
 @dataclass(frozen=True)
@@ -78,63 +79,6 @@ def chat_format(tokenizer) -> ChatFormat:
     return cache[template]
 
 
-# %% ../nbs/03a_chat.ipynb #b690315c
-@dataclass(frozen=True)
-class Drift:
-    "How the kept ids differ from a fresh render of the conversation."
-    count: int = 0                   # tokens in the differing region; 0 = none
-    first_mismatch: int | None = None  # first differing position in the kept ids
-    expected_len: int = 0            # length of the re-rendered ids
-    actual_len: int = 0              # length of the kept ids
-    @property
-    def ok(self) -> bool: return self.count == 0
-
-class ChatDriftError(ValueError):
-    "Raised by the prefix check under `drift_policy='error'`."
-
-def token_drift(actual: list[int], expected: list[int]) -> Drift:
-    "Compare two id lists: common prefix and suffix, the rest is drift."
-    n, m = len(actual), len(expected)
-    p = 0
-    while p < min(n, m) and actual[p] == expected[p]: p += 1
-    s = 0
-    while s < min(n, m) - p and actual[n - 1 - s] == expected[m - 1 - s]: s += 1
-    count = max(n, m) - p - s
-    return Drift(count, p if count else None, m, n)
-
-# %% ../nbs/03a_chat.ipynb #e8cde434
-def truncate_tokens(tokenizer, text: str, max_tokens: int, side: str = 'middle') -> tuple[str, int]:
-    "Cut `text` to at most `max_tokens` tokens at `side`; returns (text, tokens cut)."
-    if side not in ('middle', 'left', 'right'):
-        raise ValueError(f"side must be 'middle', 'left' or 'right', got {side!r}")
-    enc = lambda s: tokenizer.encode(s, add_special_tokens=False)
-    ids = enc(text)
-    n = len(ids)
-    if max_tokens is None or n <= max_tokens: return text, 0
-    keep = max_tokens - len(enc(f'\n...[{n} tokens cut]...\n'))
-    while True:
-        keep = max(keep, 0)
-        head = keep - keep // 2 if side == 'middle' else (keep if side == 'right' else 0)
-        tail = keep - head
-        marker = f'\n...[{n - keep} tokens cut]...\n'
-        kept_tail = tokenizer.decode(ids[n - tail:]) if tail else ''
-        out = tokenizer.decode(ids[:head]) + marker + kept_tail
-        if len(enc(out)) <= max_tokens or keep == 0: return out, n - keep
-        keep -= max(1, len(enc(out)) - max_tokens)
-
-# %% ../nbs/03a_chat.ipynb #1ddbeef0
-def escape_special_tokens(tokenizer, text: str,
-                          tokens: list[str] | None = None,  # token texts to break (default: added)
-                          ) -> tuple[str, int]:
-    "Break every added token's text in `text` so it tokenizes as plain text; returns (text, count)."
-    if tokens is None: tokens = sorted(tokenizer.get_added_vocab(), key=len, reverse=True)
-    n = 0
-    for t in tokens:
-        if len(t) > 1 and t in text:
-            n += text.count(t)
-            text = text.replace(t, t[0] + '\u200b' + t[1:])
-    return text, n
-
 # %% ../nbs/03a_chat.ipynb #ff94e36e
 _POLICIES = ('warn', 'error', 'realign')
 
@@ -185,9 +129,9 @@ class EpisodeEncoder:
 
 # %% ../nbs/03a_chat.ipynb #61404572
 @patch
-def render(self: EpisodeEncoder, messages: list[dict], add_generation_prompt: bool) -> str:
-    "The chat template's text for `messages` (with our tools and template kwargs)."
-    return self.tokenizer.apply_chat_template(messages, tools=self.tools, tokenize=False,
+def render(self: EpisodeEncoder, messages: list[dict], add_generation_prompt: bool, **kw) -> str:
+    "The chat template's text for `messages` (with our tools and template kwargs, unless `kw` overrides)."
+    return self.tokenizer.apply_chat_template(messages, **{'tools': self.tools, **kw}, tokenize=False,
                                               add_generation_prompt=add_generation_prompt,
                                               **self.chat_template_kwargs)
 
@@ -214,6 +158,57 @@ def _prepare(self: EpisodeEncoder, m: dict) -> dict:
             self.metrics['tool_tokens_cut'] += n
     return m
 
+# %% ../nbs/03a_chat.ipynb #f94f4f32
+_SHORTCUT_CHECKS = 8  # first uses of a cached head / of delta renders compared with the full path
+_HEADS = weakref.WeakKeyDictionary()   # tokenizer -> {(template, tools, system, kwargs): _Head}
+_DELTAS = weakref.WeakKeyDictionary()  # tokenizer -> {(template, kwargs): [checks done, usable]}
+_PLACEHOLDER = '\x00first-message\x00'
+
+@dataclass
+class _Head:
+    text: str
+    ids: list
+    checks: int = 0
+    ok: bool = True
+
+def _cache(store, tokenizer) -> dict:
+    try: return store.setdefault(tokenizer, {})
+    except TypeError: return {}  # not weakly referenceable: nothing cached
+
+def _key(*parts) -> str: return json.dumps(parts, sort_keys=True, default=str)
+
+@patch
+def _head(self: EpisodeEncoder, messages: list[dict]) -> _Head | None:
+    "The cached text and ids the conversation starts with (up to its first non-system message)."
+    system = messages[0] if messages and messages[0].get('role') == 'system' else None
+    cache = _cache(_HEADS, self.tokenizer)
+    key = _key(getattr(self.tokenizer, 'chat_template', None), self.tools, system, self.chat_template_kwargs)
+    if key not in cache:
+        cache[key] = None
+        try: text = self.render(([system] if system else []) + [{'role': 'user', 'content': _PLACEHOLDER}], False)
+        except Exception: return None
+        end = text.find(_PLACEHOLDER)
+        cut = max((text.rfind(t, 0, end) + len(t) for t in self._added if text.rfind(t, 0, end) >= 0), default=0)
+        if cut: cache[key] = _Head(text[:cut], self.encode(text[:cut]))
+    h = cache[key]
+    return h if h is not None and h.ok else None
+
+@patch
+def _encode_rendered(self: EpisodeEncoder, text: str) -> list[int]:
+    "`encode(text)` of a render of `self.messages`, reusing the ids of its head."
+    h = self._head(self.messages)
+    if h is None or not text.startswith(h.text): return self.encode(text)
+    ids = h.ids + self.encode(text[len(h.text):])
+    if h.checks < _SHORTCUT_CHECKS:
+        whole = self.encode(text)
+        if ids != whole:
+            h.ok = False
+            log.warning('the cached ids of the system prompt and tools do not splice exactly for %s; '
+                        'encoding whole prompts from now on', _describe(self.tokenizer))
+            return whole
+        h.checks += 1
+    return ids
+
 # %% ../nbs/03a_chat.ipynb #a77de943
 @patch
 def start(self: EpisodeEncoder, messages: list[dict]) -> list[int]:
@@ -221,7 +216,7 @@ def start(self: EpisodeEncoder, messages: list[dict]) -> list[int]:
     if self.messages: raise ValueError('start() was already called for this episode')
     if not messages: raise ValueError('start() needs at least one message')
     self.messages = [self._prepare(m) for m in messages]
-    ids = self.encode(self.render(self.messages, True))
+    ids = self._encode_rendered(self.render(self.messages, True))
     self.input_ids, self.response_mask, self.logprobs = list(ids), [0] * len(ids), [0.0] * len(ids)
     self.prompt_len = len(ids)
     return list(ids)
@@ -277,13 +272,10 @@ def add_messages(self: EpisodeEncoder, messages: list[dict]) -> list[int]:
     "Append env/tool/user messages and the next generation prompt (mask 0); returns their ids."
     if not self.messages: raise ValueError('call start() before add_messages()')
     new = [self._prepare(m) for m in messages]
-    full = self.render(self.messages + new, True)
     if self._n_anchor == 0:  # no assistant turn yet: the prompt grows
-        tail, at = self.encode(full), 0
+        tail, at = self._encode_rendered(self.render(self.messages + new, True)), 0
     else:
-        at = self._anchor
-        base = self.render(self.messages[:self._n_anchor], False)
-        tail = self.encode(full[self._cut(base, full):])
+        at, tail = self._anchor, self._delta_ids(new)
         if not self._closed: tail = [self.eot_id] + tail
     del self.input_ids[at:], self.response_mask[at:], self.logprobs[at:]
     self.input_ids += tail
@@ -292,6 +284,35 @@ def add_messages(self: EpisodeEncoder, messages: list[dict]) -> list[int]:
     self.messages += new
     if self._n_anchor == 0: self.prompt_len = len(self.input_ids)
     return tail
+
+# %% ../nbs/03a_chat.ipynb #3f25e0b0
+@patch
+def _tail_ids(self: EpisodeEncoder, history: list[dict], new: list[dict], n_anchor: int, **kw) -> list[int]:
+    "Ids of what a render of `history + new` adds after `history[:n_anchor]` (its last assistant turn)."
+    full = self.render(history + new, True, **kw)
+    return self.encode(full[self._cut(self.render(history[:n_anchor], False, **kw), full):])
+
+@patch
+def _delta_ids(self: EpisodeEncoder, new: list[dict]) -> list[int]:
+    "The ids after the last assistant turn: from a short context, checked against the full one at first."
+    state = _cache(_DELTAS, self.tokenizer).setdefault(
+        _key(getattr(self.tokenizer, 'chat_template', None), self.chat_template_kwargs), [0, True])
+    if not state[1]: return self._tail_ids(self.messages, new, self._n_anchor)
+    keep = max(self._n_anchor - 2, 1)  # the first message, then from the one before the last assistant turn
+    short = self.messages[:1] + self.messages[keep:]
+    rewrites = self.metrics['history_rewrites']
+    try: ids = self._tail_ids(short, new, self._n_anchor - keep + 1, tools=None)
+    except Exception: ids = None
+    self.metrics['history_rewrites'] = rewrites  # counted by the full render only
+    if state[0] < _SHORTCUT_CHECKS or ids is None:
+        full = self._tail_ids(self.messages, new, self._n_anchor)
+        if ids != full:
+            state[1] = False
+            log.warning('%s: delta renders of a short context differ from full renders; rendering '
+                        'whole conversations from now on', _describe(self.tokenizer))
+        state[0] += 1
+        return full
+    return ids
 
 # %% ../nbs/03a_chat.ipynb #04851180
 @patch
@@ -313,24 +334,13 @@ def truncate(self: EpisodeEncoder, n_ids: int, n_msgs: int | None = None):
     del self.input_ids[n_ids:], self.response_mask[n_ids:], self.logprobs[n_ids:]
     if n_msgs is not None: del self.messages[n_msgs:]
 
-def mask_runs(mask) -> list[tuple[int, int, int]]:
-    "`(start, end, value)` of each run of equal values in a response mask."
-    out, start = [], 0
-    for i in range(1, len(mask) + 1):
-        if i == len(mask) or mask[i] != mask[start]:
-            out.append((start, i, int(mask[start]))); start = i
-    return out
-
-def response_spans(mask) -> list[tuple[int, int]]:
-    "`(start, end)` of each run of 1s: the tokens of each sampled assistant turn."
-    return [(a, b) for a, b, v in mask_runs(mask) if v]
 
 # %% ../nbs/03a_chat.ipynb #c502b300
 @patch
 def _expected_ids(self: EpisodeEncoder) -> list[int]:
     "Ids of a fresh render of the conversation, cut to what we have appended so far."
     ends_assistant = self._n_anchor == len(self.messages) and self._n_anchor > 0
-    exp = self.encode(self.render(self.messages, not ends_assistant))
+    exp = self._encode_rendered(self.render(self.messages, not ends_assistant))
     if ends_assistant and self.eot_id in exp:
         last = len(exp) - 1 - exp[::-1].index(self.eot_id)
         exp = exp[:last + 1] if self._closed else exp[:last]
