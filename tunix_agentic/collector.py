@@ -37,7 +37,7 @@ class CollectConfig:
     seed: int = 0  # base of the env and sampling seeds
     tool_output_max_tokens: int = 256  # tool results are cut to this many tokens
     drift_policy: str = 'warn'  # EpisodeEncoder's prefix-check policy: 'warn' | 'error' | 'realign'
-    prefix_check: bool = True  # re-render each finished episode to measure drift
+    prefix_check: float = 1.0  # share of finished episodes re-rendered to measure drift (by episode id)
     chat_template_kwargs: dict | None = None
     rollout_data_dir: str | None = None  # if set, `collect_many(step=k)` dumps to step_<k>.jsonl
     def __post_init__(self):
@@ -47,6 +47,8 @@ class CollectConfig:
         if self.episode_timeout_s <= 0:
             raise ValueError(f'CollectConfig.episode_timeout_s must be > 0, '
                              f'got {self.episode_timeout_s}')
+        if not 0 <= float(self.prefix_check) <= 1:
+            raise ValueError(f'CollectConfig.prefix_check must be in [0, 1] (or a bool), got {self.prefix_check!r}')
         if not 0 <= self.gamma <= 1:
             raise ValueError(f'CollectConfig.gamma must be in [0, 1], got {self.gamma}')
     @classmethod
@@ -267,6 +269,10 @@ async def collect(self: TrajectoryCollectEngine, task: dict, *,
     return traj
 
 # %% ../nbs/07a_collector.ipynb #f5898f92
+def _checks_prefix(c: CollectConfig, episode_id: str) -> bool:
+    "Is this episode's prefix checked? All at 1.0, none at 0, else a fixed share picked by episode id."
+    return c.prefix_check >= 1 or derive_seed(c.seed, 'prefix-check', episode_id) % 10_000 < c.prefix_check * 10_000
+
 @patch
 def _finish(self: TrajectoryCollectEngine, ep: _Episode, episode_id: str, group_id: str,
             version: int, total_s: float, sink: Callable | None = None) -> Trajectory:
@@ -275,7 +281,7 @@ def _finish(self: TrajectoryCollectEngine, ep: _Episode, episode_id: str, group_
     metrics: dict[str, Any] = dict(ep.counts, env_seed=ep.env_seed, sampling_seed=ep.sampling_seed,
                                    policy_version_last=ep.version_last)
     enc = ep.enc
-    if (enc is not None and self.config.prefix_check and ep.status != _S.ERROR
+    if (enc is not None and _checks_prefix(self.config, episode_id) and ep.status != _S.ERROR
             and 'prompt_too_long' not in ep.counts):
         try:
             d = enc.prefix_check()
