@@ -3,11 +3,11 @@ the tiny Llama-3-style and Gemma-style tokenizers, with golden token-level masks
 comes from each template (`chat.chat_format`), and a template without one is refused by name."""
 import pytest
 
-from tunix_agentic import widgets as wd
 from tunix_agentic.agents import ToolAgent
 from tunix_agentic.chat import EpisodeEncoder, chat_format, mask_runs, response_spans
 from tunix_agentic.collector import CollectConfig, TrajectoryCollectEngine
 from tunix_agentic.envs import EnvGroup, EnvSpec
+from tunix_agentic.episode_driver import EpisodeDriver, run_async
 from tunix_agentic.rollout import SamplingParams, ScriptedPolicy
 from tunix_agentic.server import EngineServer
 from tunix_agentic.tokenizer import build_tiny_tokenizer
@@ -98,16 +98,16 @@ def test_episode_golden_masks(style, oracle_mask):
 def test_stepper_matches_collector(style):
     parser, script = CASES[style][:2]
     tok, eng, ref = collect(style)
-    d = wd.EpisodeDriver(tok, ScriptedPolicy(tok, script, logprob=-0.25), config(),
-                         agent_fn=lambda task: ToolAgent(parser_name=parser))
-    wd.run_async(d.reset(envs().make(TASK), TASK, seed=ref.metrics['env_seed']))
-    while not d.done: t = wd.run_async(d.step())
+    d = EpisodeDriver(tok, ScriptedPolicy(tok, script, logprob=-0.25), config(),
+                      agent_fn=lambda task: ToolAgent(parser_name=parser))
+    run_async(d.reset(envs().make(TASK), TASK, seed=ref.metrics['env_seed']))
+    while not d.done: t = run_async(d.step())
     for k in ('input_ids', 'response_mask', 'logprobs', 'messages', 'prompt_len', 'reward',
               'status'):
         assert getattr(t, k) == getattr(ref, k), k
     # a typed turn ends with the template's end of turn too
-    wd.run_async(d.reset(envs().make(TASK), TASK, seed=0))
-    t = wd.run_async(d.step(text=ANSWER))
+    run_async(d.reset(envs().make(TASK), TASK, seed=0))
+    t = run_async(d.step(text=ANSWER))
     assert t.input_ids[-1] == chat_format(tok).end_id and t.response_mask[-1] == 1
 
 
@@ -136,6 +136,6 @@ def test_template_without_end_of_turn_is_refused_by_name():
                                          r'closes the assistant turn.*expected an end-of-turn'):
         TrajectoryCollectEngine(ScriptedPolicy(build_tiny_tokenizer(), ['x']), tok, envs())
     for make in (lambda: ScriptedPolicy(tok, ['x']), lambda: EpisodeEncoder(tok),
-                 lambda: wd.EpisodeDriver(tok)):
+                 lambda: EpisodeDriver(tok)):
         with pytest.raises(ValueError, match='no special token closes the assistant turn'):
             make()

@@ -1,4 +1,5 @@
-"""Headless tests of tunix_agentic.widgets: renderings, metrics plot, dump viewer, episode stepper.
+"""Headless tests of the widgets (`widgets`, `viewer`, `episode_driver`, `stepper`): renderings,
+metrics plot, dump viewer, episode stepper.
 
 Buttons are pressed with `button.click()`; checks read widget state and the rendered HTML."""
 import html, json, logging, re
@@ -11,7 +12,10 @@ import pytest
 
 from tunix_agentic.chat import response_spans as spans
 from tunix_agentic.types import Action, Step, ToolCall, Trajectory
-from tunix_agentic import widgets as wd
+from tunix_agentic.widgets import MASK_COLORS, render_chat, render_tokens, render_trajectory
+from tunix_agentic.viewer import DumpViewer, dump_metrics, load_dump_dir, plot_metrics
+from tunix_agentic.episode_driver import EpisodeDriver, run_async
+from tunix_agentic.stepper import EpisodeStepper
 
 
 # ---------------------------------------------------------------- helpers
@@ -61,7 +65,7 @@ def write_dump(d: Path, step: int, trajs, torn: str | None = None) -> Path:
 
 # ---------------------------------------------------------------- renderings
 def test_untrusted_text_is_escaped_everywhere():
-    h = wd.render_trajectory(make_traj())
+    h = render_trajectory(make_traj())
     assert '<script>' not in h and 'alert("x")' not in h
     # user msg, call args, tool error, answer, parse error, task
     assert h.count('&lt;script&gt;') >= 6
@@ -70,12 +74,12 @@ def test_untrusted_text_is_escaped_everywhere():
 
 def test_token_strip_matches_mask_and_hover():
     t = make_traj()
-    spans = token_spans(wd.render_tokens(t.input_ids, t.response_mask, t.logprobs))
+    spans = token_spans(render_tokens(t.input_ids, t.response_mask, t.logprobs))
     assert len(spans) == len(t.input_ids)
     for j, (a, text) in enumerate(spans):
         m = t.response_mask[j]
         assert f'ta-mask{m}' in a['class']
-        assert wd.MASK_COLORS[m] in a['style']
+        assert MASK_COLORS[m] in a['style']
         assert a['title'].startswith(f'#{j} id={t.input_ids[j]} mask={m}')
         assert a['title'].endswith(f'logprob={t.logprobs[j]:.4f}')
 
@@ -83,7 +87,7 @@ def test_token_strip_matches_mask_and_hover():
 def test_token_strip_escapes_token_text_and_title():
     class Tok:
         def decode(self, ids): return {0: '<im>', 1: '"q"', 2: '\n'}.get(ids[0], 'x')
-    h = wd.render_tokens([0, 1, 2], [0, 1, 1], [0, -1, -2], tokenizer=Tok())
+    h = render_tokens([0, 1, 2], [0, 1, 1], [0, -1, -2], tokenizer=Tok())
     spans = token_spans(h)
     assert [s[1] for s in spans] == ['<im>', '"q"', '↵\n']  # what the browser shows
     assert "text='<im>'" in spans[0][0]['title'] and '<im>' not in h  # escaped in the source
@@ -92,15 +96,15 @@ def test_token_strip_escapes_token_text_and_title():
 
 def test_chat_pairs_steps_with_assistant_turns():
     t = make_traj(reward=0.75)
-    h = wd.render_chat(t.messages, t.steps)
+    h = render_chat(t.messages, t.steps)
     assert h.count('class="ta-step"') == 2
     assert h.index('parse error') < h.index('tool &middot; add') < h.index('reward 0.75')
 
 
 def test_render_trajectory_from_dict_and_header():
     t = make_traj(status='max_turns', reward=0.0)
-    h = wd.render_trajectory(t.to_dict())
-    assert h == wd.render_trajectory(t)
+    h = render_trajectory(t.to_dict())
+    assert h == render_trajectory(t)
     assert '>max_turns<' in h and 'env calc' in h and 'episode e0' in h
     assert 'time/model_s' in h
 
@@ -111,14 +115,14 @@ def test_load_dump_dir_steps_and_torn_line(tmp_path, caplog):
     write_dump(tmp_path, 2, [make_traj(eid='b'), make_traj(eid='c')], torn='{"task": {"q')
     (tmp_path / 'notes.jsonl').write_text('not a dump\n')  # not a step file: ignored
     with pytest.warns(RuntimeWarning, match='torn last line'):
-        d = wd.load_dump_dir(tmp_path)
+        d = load_dump_dir(tmp_path)
     assert list(d) == [2, 10]
     assert [t.episode_id for t in d[2]] == ['b', 'c']
     # a bad line in the middle: dumps.load_step refuses the file, the viewer keeps what parses
     p = write_dump(tmp_path, 3, [make_traj(eid='x')], torn='garbage\n')
     write_dump(tmp_path, 3, [make_traj(eid='y')])
     with caplog.at_level(logging.WARNING), pytest.warns(RuntimeWarning):
-        d = wd.load_dump_dir(tmp_path)
+        d = load_dump_dir(tmp_path)
     assert [t.episode_id for t in d[3]] == ['x', 'y'] and 'skipped unreadable line' in caplog.text
 
 
@@ -126,10 +130,10 @@ def test_metrics_plot_curves(tmp_path):
     for s in range(4):
         write_dump(tmp_path, s, [make_traj(reward=float(e < s), status='done' if e < s else 'error',
                                            eid=f'{s}{e}') for e in range(4)])
-    rows = wd.dump_metrics(tmp_path)
+    rows = dump_metrics(tmp_path)
     assert [rows[s]['reward/mean'] for s in range(4)] == [0.0, 0.25, 0.5, 0.75]
     assert rows[0]['status/done'] == 0.0 and rows[3]['status/error'] == 0.25  # share, not missing
-    fig = wd.plot_metrics(tmp_path, keys=['reward/mean', 'status/done', 'metrics/time/model_s'])
+    fig = plot_metrics(tmp_path, keys=['reward/mean', 'status/done', 'metrics/time/model_s'])
     from matplotlib.figure import Figure
     assert isinstance(fig, Figure)
     ys = [list(ax.lines[0].get_ydata()) for ax in fig.axes]
@@ -140,7 +144,7 @@ def test_metrics_plot_curves(tmp_path):
     assert (tmp_path / 'm.png').stat().st_size > 1000
     late = make_traj(eid='late'); late.metrics['only_late'] = 2.0
     write_dump(tmp_path, 3, [late])
-    y2 = list(wd.plot_metrics(tmp_path, keys=['metrics/only_late']).axes[0].lines[0].get_ydata())
+    y2 = list(plot_metrics(tmp_path, keys=['metrics/only_late']).axes[0].lines[0].get_ydata())
     assert all(y != y for y in y2[:3]) and y2[3] == 2.0  # missing elsewhere: NaN gaps, not zeros
 
 
@@ -157,7 +161,7 @@ def dump_dir(tmp_path):
 
 
 def test_dump_viewer_slider_filters_and_buttons(dump_dir):
-    v = wd.DumpViewer(dump_dir)
+    v = DumpViewer(dump_dir)
     assert v.step == 5 and v.step_label.value == 'step 5 (2/2)' and v.folder.notes[5] == []
     assert len(v.episode_list.options) == 4 and 's5-0' in v.view.value
     v.next_button.click(); v.next_button.click()
@@ -178,7 +182,7 @@ def test_dump_viewer_slider_filters_and_buttons(dump_dir):
 
 
 def test_dump_viewer_refresh_sees_new_steps_and_plots(dump_dir):
-    v = wd.DumpViewer(dump_dir)
+    v = DumpViewer(dump_dir)
     v.step_slider.value = 0
     write_dump(dump_dir, 9, [make_traj(reward=2.0, eid='new', env='web')])
     write_dump(dump_dir, 0, [make_traj(reward=0.25, eid='late-0')])  # the run appends to step 0
@@ -197,7 +201,7 @@ def test_dump_viewer_refresh_sees_new_steps_and_plots(dump_dir):
 
 
 def test_dump_viewer_narrowed_reward_filter_stays_and_memory_is_bounded(dump_dir):
-    v = wd.DumpViewer(dump_dir, keep_steps=1)
+    v = DumpViewer(dump_dir, keep_steps=1)
     v.reward_filter.value = (0.5, 1.0)
     write_dump(dump_dir, 7, [make_traj(reward=-3.0, eid='neg'), make_traj(reward=0.75, eid='ok')])
     v.refresh_button.click(); v.step_slider.value = 2
@@ -205,23 +209,23 @@ def test_dump_viewer_narrowed_reward_filter_stays_and_memory_is_bounded(dump_dir
     assert v.reward_filter.value == (0.5, 1.0)  # the user's choice is kept
     assert [t.episode_id for t in v.episodes] == ['ok']
     assert list(v.folder._episodes) == [7]  # keep_steps=1: only the step on show is in memory
-    rows = wd.dump_metrics(v.folder)
+    rows = dump_metrics(v.folder)
     assert rows[7]['reward/mean'] == -1.125 and list(rows) == [0, 5, 7]
 
 
 def test_dump_viewer_empty_folder(tmp_path):
-    v = wd.DumpViewer(tmp_path)
+    v = DumpViewer(tmp_path)
     assert v.step is None and v.episodes == [] and 'no dumps yet' in v.view.value
     v.next_button.click(); v.refresh_button.click()
     write_dump(tmp_path, 1, [make_traj(eid='first')])
     v.refresh_button.click()
     assert v.step == 1 and 'first' in v.view.value
-    with pytest.raises(FileNotFoundError, match='missing'): wd.DumpViewer(tmp_path / 'missing')
+    with pytest.raises(FileNotFoundError, match='missing'): DumpViewer(tmp_path / 'missing')
 
 
 def test_dump_viewer_reports_torn_line(dump_dir):
     write_dump(dump_dir, 5, [], torn='{"cut')
-    v = wd.DumpViewer(dump_dir)
+    v = DumpViewer(dump_dir)
     assert len(v.episodes) == 4 and 'torn last line' in v.summary.value
 
 
@@ -257,19 +261,19 @@ def no_timings(x):
 
 def stepper(policies='scripted', **kw):
     if policies == 'scripted': policies = {'scripted': ScriptedPolicy(TOK, SCRIPT, logprob=-0.75)}
-    return wd.EpisodeStepper(group(kw.pop('max_turns', 5)), [TASK, QA], TOK, policies=policies,
-                             config=kw.pop('config', CollectConfig.tiny(group_size=1)), **kw)
+    return EpisodeStepper(group(kw.pop('max_turns', 5)), [TASK, QA], TOK, policies=policies,
+                          config=kw.pop('config', CollectConfig.tiny(group_size=1)), **kw)
 
 
 @pytest.mark.timeout(60)
 def test_driver_matches_collector_token_for_token():
     cfg = CollectConfig.tiny(group_size=1)
-    d = wd.EpisodeDriver(TOK, ScriptedPolicy(TOK, SCRIPT, logprob=-0.75), cfg)
-    wd.run_async(d.reset(group().make(TASK), TASK, seed=11))
-    while not d.done: t = wd.run_async(d.step())
+    d = EpisodeDriver(TOK, ScriptedPolicy(TOK, SCRIPT, logprob=-0.75), cfg)
+    run_async(d.reset(group().make(TASK), TASK, seed=11))
+    while not d.done: t = run_async(d.step())
     eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, SCRIPT, logprob=-0.75), TOK, group(),
                                   config=cfg)
-    ref = wd.run_async(eng.collect(TASK, env_seed=11))
+    ref = run_async(eng.collect(TASK, env_seed=11))
     for k in ('input_ids', 'response_mask', 'logprobs', 'messages', 'prompt_len', 'reward',
               'status'):
         assert getattr(t, k) == getattr(ref, k), k
@@ -308,7 +312,7 @@ def test_stepper_buttons_chat_and_token_strip():
     assert len(sp) == len(t.input_ids)
     for j, (a, text) in enumerate(sp):
         m, i = t.response_mask[j], t.input_ids[j]
-        assert f'ta-mask{m}' in a['class'] and wd.MASK_COLORS[m] in a['style']
+        assert f'ta-mask{m}' in a['class'] and MASK_COLORS[m] in a['style']
         assert a['title'] == \
             f'#{j} id={i} mask={m} text={TOK.decode([i])!r} logprob={t.logprobs[j]:.4f}'
     assert ''.join(txt for (a, txt) in sp if 'ta-mask1' in a['class']).replace('↵\n', '\n') == \
@@ -370,7 +374,7 @@ def test_stepper_budgets_and_errors_are_shown_not_raised():
     s.step_button.click()
     assert s.trajectory.status == 'max_turns' and s.step_button.disabled
     s.driver.policy = None
-    with pytest.raises(ValueError, match='has ended'): wd.run_async(s.driver.step('x'))
+    with pytest.raises(ValueError, match='has ended'): run_async(s.driver.step('x'))
     # max_length: the budget is spent by the first turn
     n = s.driver.history[0].prompt_len
     s = stepper(config=CollectConfig.tiny(group_size=1, max_seq_len=n + 5))
@@ -399,16 +403,16 @@ def test_viewer_opens_collector_dumps_and_plots(tmp_path):
         trajs = eng.run([TASK, QA], step=step)
         with DumpWriter(tmp_path, step) as w:
             for t in trajs: w.write(t)
-    v = wd.DumpViewer(tmp_path, TOK)
+    v = DumpViewer(tmp_path, TOK)
     assert v.env_filter.options == ('all', 'calc', 'qa') and len(v.episodes) == 4
     v.env_filter.value = 'calc'
     t = v.episodes[0]
     assert t.status == 'done' and 'parsed call multiply' in v.view.value
     assert len(token_spans(v.view.value)) == len(t.input_ids)
-    rows = wd.dump_metrics(tmp_path)
+    rows = dump_metrics(tmp_path)
     assert set(rows) == {0, 1}
     assert rows[0]['metrics/tool_calls'] == 1.5  # calc 2 calls, qa 1 (the script's first turn)
-    fig = wd.plot_metrics(tmp_path)
+    fig = plot_metrics(tmp_path)
     assert [ax.get_title() for ax in fig.axes][0] == 'reward/mean'
     v.plot_button.click()
     assert v.plot.value[:4] == b'\x89PNG'
@@ -422,12 +426,12 @@ def test_stepper_with_tiny_model_matches_collector():
     model, mcfg, tok = load_default()
     pol = JaxSampler(model, mcfg, tok)
     cfg = CollectConfig.tiny(group_size=1, max_turns=2, sampling=SamplingParams(max_new_tokens=12))
-    s = wd.EpisodeStepper(group(), [TASK], tok, policies={'tiny': pol}, config=cfg, seed=3)
+    s = EpisodeStepper(group(), [TASK], tok, policies={'tiny': pol}, config=cfg, seed=3)
     while not s.step_button.disabled: s.step_button.click()
     t = s.trajectory
     assert s.message.value == '' and t.num_turns >= 1 and sum(t.response_mask) > 0
     eng = TrajectoryCollectEngine(pol, tok, group(), config=cfg)
-    ref = wd.run_async(eng.collect(TASK, env_seed=3, sampling_seed=s.driver.sampling_seed))
+    ref = run_async(eng.collect(TASK, env_seed=3, sampling_seed=s.driver.sampling_seed))
     assert (t.input_ids, t.response_mask, t.logprobs, t.status) == \
         (ref.input_ids, ref.response_mask, ref.logprobs, ref.status)
 
@@ -473,8 +477,8 @@ def test_stepper_with_env_factories_and_two_policies():
     envs = {'calc3': lambda task: ToolEnvironment(task, tools=calculator_tools(), reward_fn='gsm8k',
                                                   max_steps=3)}
     wrong = ScriptedPolicy(TOK, ['#### 1'])
-    s = wd.EpisodeStepper(envs, [TASK], TOK, config=CollectConfig.tiny(group_size=1),
-                          policies={'oracle': ScriptedPolicy(TOK, SCRIPT), 'wrong': wrong})
+    s = EpisodeStepper(envs, [TASK], TOK, config=CollectConfig.tiny(group_size=1),
+                       policies={'oracle': ScriptedPolicy(TOK, SCRIPT), 'wrong': wrong})
     assert s.env_dropdown.options == ('calc3',) and s.driver.max_turns == 3
     s.step_button.click()  # oracle: multiply
     s.policy_dropdown.value = 'wrong'
@@ -486,8 +490,8 @@ def test_stepper_with_env_factories_and_two_policies():
 @pytest.mark.timeout(60)
 def test_stepper_shows_a_failing_reset():
     bad = {'task_type': 'calc', 'prompt_missing': True}
-    s = wd.EpisodeStepper(group(), [TASK, bad], TOK, policies={'p': ScriptedPolicy(TOK, SCRIPT)},
-                          config=CollectConfig.tiny(group_size=1))
+    s = EpisodeStepper(group(), [TASK, bad], TOK, policies={'p': ScriptedPolicy(TOK, SCRIPT)},
+                       config=CollectConfig.tiny(group_size=1))
     s.step_button.click()
     s.task_dropdown.value = 1  # its env cannot start: no question in the task
     assert 'reset failed' in s.message.value and 'question' in s.message.value

@@ -16,7 +16,8 @@ from .envs import _task_obs
 from .rewards import mc_returns
 from .collector import (CollectConfig, EpisodeState, TrajectoryCollectEngine,
                                      derive_seed)
-from .server import ClientPool, EngineServer
+from .http_plumbing import ClientPool
+from .server import EngineServer
 
 # %% auto #0
 __all__ = ['RemoteRolloutError', 'assemble_ids', 'RemoteCollector']

@@ -18,8 +18,8 @@ from .envs import ToolEnvironment, resolve_tools
 from .tools import BaseTool, ToolManager
 from .types import TrajectoryStatus
 from .collector import CollectConfig, TrajectoryCollectEngine
-from .server import (BackgroundServer, ClientPool, KEEP_ALIVE_S, check_api_key,
-                                  error_response, install_error_handlers)
+from .http_plumbing import (BackgroundServer, ClientPool, KEEP_ALIVE_S, check_api_key,
+                                         error_response, install_error_handlers)
 
 # %% auto #0
 __all__ = ['RolloutSettings', 'LatencyTool', 'load_tokenizer', 'TokenizerCache', 'Message', 'RolloutSamplingParams',

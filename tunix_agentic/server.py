@@ -4,118 +4,29 @@
 
 # %% ../nbs/13_server.ipynb #998b1627
 from __future__ import annotations
-import asyncio, functools, hmac, itertools, json, logging, socket, ssl, threading, time, uuid
+import asyncio, json, logging, time, uuid
 from typing import Any, Literal
-import certifi, httpx, uvicorn
+import httpx
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 from fastcore.basics import patch
 from .rollout import BaseRollout, GenerateOutput, SamplingParams, as_params_list
 from .parsers import ParseResult, ToolParser, get_tool_parser
 from .chat import chat_format
+from .http_plumbing import (CLIENT_LIMITS, BackgroundServer, check_api_key,
+                                         install_error_handlers, ssl_context)
 
 # %% auto #0
-__all__ = ['KEEP_ALIVE_S', 'CLIENT_LIMITS', 'EngineHTTPError', 'error_response', 'validation_message', 'install_error_handlers',
-           'check_api_key', 'BackgroundServer', 'ssl_context', 'ClientPool', 'ChatMessage', 'SamplingFields',
-           'ChatRequest', 'CompletionRequest', 'EngineServer', 'template_message', 'openai_tool_call',
-           'PlainTextParser', 'GenerateRequest', 'params_from_json', 'params_to_json', 'HttpRollout']
+__all__ = ['EngineHTTPError', 'ChatMessage', 'SamplingFields', 'ChatRequest', 'CompletionRequest', 'EngineServer',
+           'template_message', 'openai_tool_call', 'PlainTextParser', 'GenerateRequest', 'params_from_json',
+           'params_to_json', 'HttpRollout']
 
 # %% ../nbs/13_server.ipynb #64c18e46
 _log = logging.getLogger(__name__)
 
 class EngineHTTPError(RuntimeError):
     "A server refused or failed a request, or did not answer in time."
-
-# %% ../nbs/13_server.ipynb #ccab1640
-def error_response(code: int, message: str, headers: dict | None = None) -> JSONResponse:
-    "An OpenAI-shaped error answer."
-    kind = {401: 'authentication_error', 404: 'not_found_error', 409: 'conflict_error',
-            422: 'invalid_request_error', 429: 'rate_limit_error'}.get(code, 'server_error')
-    return JSONResponse({'error': {'message': message, 'type': kind, 'code': code}}, code,
-                        headers=headers)
-
-def validation_message(errors: list[dict]) -> str:
-    "One line naming every bad field of a pydantic validation error."
-    loc = lambda e: '.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'
-    return '; '.join(f"{loc(e)}: {e.get('msg', '')}" for e in errors[:8])
-
-def install_error_handlers(app: FastAPI):
-    "422 naming the field, HTTPException in the OpenAI shape, 500 for anything unexpected."
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request, exc): return error_response(422, validation_message(exc.errors()))
-    @app.exception_handler(StarletteHTTPException)  # ours, FastAPI's (bad bodies) and 404s
-    async def _http(request, exc):
-        return error_response(exc.status_code, str(exc.detail), exc.headers)
-    @app.exception_handler(Exception)
-    async def _bug(request, exc):
-        _log.exception('unhandled error on %s %s', request.method, request.url.path)
-        return error_response(500, f'{type(exc).__name__}: {exc}')
-
-# %% ../nbs/13_server.ipynb #29cf8f60
-def check_api_key(request: Request, key: str | None):
-    "Raise 401 unless the request carries `Authorization: Bearer <key>` (no key: open)."
-    if key is None: return
-    got = request.headers.get('authorization', '')
-    if not hmac.compare_digest(got.encode(), f'Bearer {key}'.encode()):
-        raise HTTPException(401, 'invalid api key: send "Authorization: Bearer <key>"')
-
-# %% ../nbs/13_server.ipynb #ef162902
-KEEP_ALIVE_S = 65  # servers keep idle connections longer than clients (30 s), so a client never
-                   # reuses a connection the server is closing (a ReadError under load)
-CLIENT_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=256,
-                             keepalive_expiry=30)
-
-class BackgroundServer:
-    "Run an ASGI app with uvicorn on a thread: `with BackgroundServer(app) as s: s.url`."
-    def __init__(self, app, host: str = '127.0.0.1', port: int = 0):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((host, port))
-        self.host, self.port = self.sock.getsockname()[:2]
-        cfg = uvicorn.Config(app, log_level='warning', access_log=False, backlog=4096,
-                             timeout_graceful_shutdown=1, timeout_keep_alive=KEEP_ALIVE_S)
-        self.server, self._thread = uvicorn.Server(cfg), None
-    @property
-    def url(self) -> str: return f'http://{self.host}:{self.port}'
-    def start(self, timeout_s: float = 20.0) -> BackgroundServer:
-        if self._thread is not None: return self
-        self._thread = threading.Thread(target=self.server.run, kwargs={'sockets': [self.sock]},
-                                        name=f'uvicorn-{self.port}', daemon=True)
-        self._thread.start()
-        t0 = time.monotonic()
-        while not self.server.started:
-            if not self._thread.is_alive() or time.monotonic() - t0 > timeout_s:
-                raise RuntimeError(f'server on {self.url} did not start')
-            time.sleep(0.01)
-        return self
-    def close(self):
-        self.server.should_exit = True
-        if self._thread is not None: self._thread.join(timeout=5)
-        self.sock.close()
-    def __enter__(self): return self.start()
-    def __exit__(self, *exc): self.close()
-
-# %% ../nbs/13_server.ipynb #f35d3aad
-@functools.cache
-def ssl_context() -> ssl.SSLContext:
-    "One verifying SSL context for every client of the process."
-    return ssl.create_default_context(cafile=certifi.where())
-
-class ClientPool:
-    "Several httpx.AsyncClients used in turn, so that no connection pool grows large."
-    def __init__(self, concurrency: int = 8, # requests expected at once
-                 per_client: int = 8, **kw): # kw: httpx.AsyncClient arguments (timeout, headers)
-        n = max(1, -(-concurrency // per_client))
-        self.clients = [httpx.AsyncClient(limits=CLIENT_LIMITS, verify=ssl_context(), **kw)
-                        for _ in range(n)]
-        self._turn = itertools.count()
-    def get(self) -> httpx.AsyncClient:
-        "The next client."
-        return self.clients[next(self._turn) % len(self.clients)]
-    async def aclose(self): await asyncio.gather(*(c.aclose() for c in self.clients))
 
 # %% ../nbs/13_server.ipynb #267ba1fb
 class ChatMessage(BaseModel):
