@@ -59,5 +59,5 @@ def test_overlong_and_ce_and_logprobs():
     np.testing.assert_allclose(float(masked_ce(lp, mask)), -float(lp.mean()), rtol=1e-6)
 
 def test_registry_errors():
-    with pytest.raises(ValueError, match='expected one of'): get_advantage_fn('nope')
+    with pytest.raises(ValueError, match='known advantage estimators'): get_advantage_fn('nope')
     with pytest.raises(ValueError, match='aggregation'): aggregate(jnp.ones((1, 1)), jnp.ones((1, 1)), 'x')

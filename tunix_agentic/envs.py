@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping
 from fastcore.basics import patch
 from .types import Action, ToolOutput, RewardOutput
 from .rewards import get_reward_fn
+from .registry import Registry
 
 # %% auto #0
 __all__ = ['Observation', 'ENV_REGISTRY', 'TOOLSETS', 'as_action', 'BaseEnv', 'register_env', 'resolve_tools', 'env_from_dict',
@@ -79,8 +80,8 @@ def _error_obs(err: str) -> Observation:
     return {'tool_outputs': [ToolOutput(name='environment', error=err)]}
 
 # %% ../nbs/04_envs.ipynb #03919c82
-ENV_REGISTRY: dict[str, type[BaseEnv]] = {}
-TOOLSETS: dict[str, Callable[[], list]] = {}
+ENV_REGISTRY: dict[str, type[BaseEnv]] = Registry('env')
+TOOLSETS: dict[str, Callable[[], list]] = Registry('toolset')
 
 def register_env(name: str):
     "Class decorator: make an environment buildable by name."
@@ -97,11 +98,7 @@ TOOLSETS['calculator'] = _calculator_tools
 def resolve_tools(tools: Any) -> list:
     "Tools from a toolset name, a list of names/tools, or a list of tools."
     if tools is None: return []
-    if isinstance(tools, str):
-        if tools not in TOOLSETS:
-            raise KeyError(f'unknown toolset {tools!r}; '
-                           f'known toolsets: {sorted(TOOLSETS)}')
-        return TOOLSETS[tools]()
+    if isinstance(tools, str): return TOOLSETS[tools]()
     out = []
     for t in tools: out.extend(resolve_tools(t) if isinstance(t, str) else [t])
     return out
@@ -109,8 +106,7 @@ def resolve_tools(tools: Any) -> list:
 def env_from_dict(d: Mapping[str, Any]) -> BaseEnv:
     "Build an environment from `{'env': registered name, **constructor kwargs}`."
     d = dict(d); kind = d.pop('env', d.pop('type', 'tool'))
-    cls = kind if isinstance(kind, type) else ENV_REGISTRY.get(kind)
-    if cls is None: raise KeyError(f'unknown env {kind!r}; known envs: {sorted(ENV_REGISTRY)}')
+    cls = kind if isinstance(kind, type) else ENV_REGISTRY[kind]
     return cls(**d)
 
 BaseEnv.from_dict = staticmethod(env_from_dict)
@@ -243,8 +239,7 @@ def make(self: EnvGroup, row: dict) -> BaseEnv:
     "A fresh environment for this row, built from its type's spec."
     t = self.task_type(row)
     spec = self.specs[t]
-    cls = spec.env if isinstance(spec.env, type) else ENV_REGISTRY.get(spec.env)
-    if cls is None: raise KeyError(f'unknown env {spec.env!r}; known envs: {sorted(ENV_REGISTRY)}')
+    cls = spec.env if isinstance(spec.env, type) else ENV_REGISTRY[spec.env]
     kw = dict(task=row, max_steps=spec.max_turns, **spec.kwargs)
     if 'reward_fn' in inspect.signature(cls).parameters: kw['reward_fn'] = spec.reward_fn
     if 'tools' in inspect.signature(cls).parameters:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 import jax, jax.numpy as jnp
+from .registry import Registry
 
 # %% auto #0
 __all__ = ['ADVANTAGES', 'AGGREGATIONS', 'grpo_advantages', 'drgrpo_advantages', 'rloo_advantages', 'zero_variance_groups',
@@ -47,13 +48,11 @@ def zero_variance_groups(rewards_b: jax.Array, group_size: int) -> jax.Array:
     return jnp.repeat(flat, group_size)
 
 # %% ../nbs/10_losses.ipynb #209464c1
-ADVANTAGES: dict[str, Callable] = {'grpo': grpo_advantages, 'drgrpo': drgrpo_advantages,
-                                   'rloo': rloo_advantages}
+ADVANTAGES: dict[str, Callable] = Registry('advantage estimator', {
+    'grpo': grpo_advantages, 'drgrpo': drgrpo_advantages, 'rloo': rloo_advantages})
 
 def get_advantage_fn(name: str) -> Callable:
     "Look up an advantage estimator by name."
-    if name not in ADVANTAGES:
-        raise ValueError(f'advantage estimator {name!r} unknown; expected one of {sorted(ADVANTAGES)}')
     return ADVANTAGES[name]
 
 # %% ../nbs/10_losses.ipynb #72acd64a
@@ -76,14 +75,12 @@ def seq_mean_token_sum(x_bt: jax.Array, mask_bt: jax.Array) -> jax.Array:
     has = (m.sum(-1) > 0).astype(x_bt.dtype)
     return ((x_bt * m).sum(-1) * has).sum() / jnp.maximum(has.sum(), 1.0)
 
-AGGREGATIONS: dict[str, Callable] = {'token-mean': token_mean,
-                                     'seq-mean-token-mean': seq_mean_token_mean,
-                                     'seq-mean-token-sum': seq_mean_token_sum}
+AGGREGATIONS: dict[str, Callable] = Registry('aggregation', {
+    'token-mean': token_mean, 'seq-mean-token-mean': seq_mean_token_mean,
+    'seq-mean-token-sum': seq_mean_token_sum})
 
 def aggregate(x_bt: jax.Array, mask_bt: jax.Array, mode: str = 'token-mean') -> jax.Array:
     "Reduce token values to a scalar with the aggregation named by `mode`."
-    if mode not in AGGREGATIONS:
-        raise ValueError(f'aggregation {mode!r} unknown; expected one of {sorted(AGGREGATIONS)}')
     return AGGREGATIONS[mode](x_bt, mask_bt)
 
 # %% ../nbs/10_losses.ipynb #49f2a47d

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from fastcore.basics import patch
 from .types import Action, ToolCall, unique_id
+from .registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -244,9 +245,9 @@ class Llama3JsonToolParser(ToolParser):
                 f'{lines}\n\nWhen you have the final answer, reply in plain text.')
 
 # %% ../nbs/02_parsers.ipynb #bdea585d
-_PARSERS: dict[str, type[ToolParser]] = {
+_PARSERS: dict[str, type[ToolParser]] = Registry('tool parser', {
     'qwen': QwenToolParser, 'hermes': QwenToolParser, 'qwen3': Qwen3ToolParser,
-    'llama3_json': Llama3JsonToolParser}
+    'llama3_json': Llama3JsonToolParser})
 
 def register_tool_parser(name: str, cls: type[ToolParser]) -> None:
     "Make `cls` available as `get_tool_parser(name)`."
@@ -254,8 +255,6 @@ def register_tool_parser(name: str, cls: type[ToolParser]) -> None:
 
 def get_tool_parser(name: str) -> ToolParser:
     "A parser instance for the format `name` (qwen, hermes, qwen3, llama3_json, or registered)."
-    if name not in _PARSERS:
-        raise ValueError(f'unknown tool parser {name!r}; expected one of {sorted(_PARSERS)}')
     return _PARSERS[name]()
 
 def get_tool_prompt(tools: list, parser: str = 'qwen') -> str:

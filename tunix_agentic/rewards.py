@@ -8,6 +8,7 @@ import logging, re
 from typing import Any, Callable, Mapping
 from .tools import exact_str, gsm8k_match, gsm8k_number
 from .types import Action, RewardOutput
+from .registry import Registry
 
 # %% auto #0
 __all__ = ['RewardFn', 'register_reward', 'get_reward_fn', 'list_rewards', 'normalize_number', 'extract_gsm8k_answer',
@@ -18,7 +19,7 @@ _log = logging.getLogger(__name__)
 RewardFn = Callable[[dict, Any], RewardOutput]
 
 # %% ../nbs/06_rewards.ipynb #2b95e5fd
-_REWARDS: dict[str, RewardFn] = {}
+_REWARDS: dict[str, RewardFn] = Registry('reward')
 
 def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
     "Decorator: register `fn(task, action) -> RewardOutput` under `name`."
@@ -31,8 +32,6 @@ def get_reward_fn(name_or_fn: str | RewardFn | Mapping[str, float]) -> RewardFn:
     "A reward function by name; a callable passes through; `{name: weight}` becomes a weighted mix."
     if callable(name_or_fn): return name_or_fn
     if isinstance(name_or_fn, Mapping): return weighted_reward(name_or_fn)
-    if name_or_fn not in _REWARDS:
-        raise KeyError(f'unknown reward {name_or_fn!r}; known rewards: {sorted(_REWARDS)}')
     return _REWARDS[name_or_fn]
 
 def list_rewards() -> list[str]: return sorted(_REWARDS)
