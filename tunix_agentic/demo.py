@@ -29,7 +29,7 @@ class DemoConfig:
     seed: int = 0
     n_train: int = 4000            # training problems (demonstrations come from the first ones)
     n_heldout: int = 256           # held-out problems, one sampled episode each
-    n_greedy: int = 64             # of those, how many are also run greedily (a diagnostic)
+    n_greedy: int = 128            # of those, how many are also run greedily (a diagnostic)
     n_demos: int = 3000            # teacher demonstrations for SFT
     teacher: Teacher = Teacher(wrong_tool=0.25, wrong_arg=0.05, wrong_answer=0.1)
     num_heads: int = 8             # the demo model: the default tiny Qwen2 with more, narrower heads
@@ -87,8 +87,7 @@ def _sampler(model, tok, rows: int):
     from tunix_agentic.sampler import JaxSampler, SamplerConfig
     b = min(64, 1 << max(rows - 1, 0).bit_length())
     s = JaxSampler(model, tokenizer=tok, config=SamplerConfig(
-        max_batch=b, min_batch_bucket=b, min_prompt_bucket=64, min_gen_bucket=64, shared_prefix=16,
-        cascade=True))
+        max_batch=b, min_batch_bucket=b, min_prompt_bucket=64, min_gen_bucket=64, shared_prefix=16))
     # lockstep: batches depend on the requests only, not on timing, so a rerun under load is identical
     s.max_batch_size, s.lockstep = b, True
     return s
@@ -176,7 +175,7 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
                                max_seq_len=cfg.max_seq_len, seed=cfg.seed)
         times['demonstrations_s'] = time.perf_counter() - t
         # few row lengths (each new one compiles the update again): SFT rows and RL rows past the prefix
-        pad, buckets = tok.convert_tokens_to_ids('<|endoftext|>'), (128, 144, 160, 192, 256, 384, 512, 768, 1024)
+        pad, buckets = tok.convert_tokens_to_ids('<|endoftext|>'), (128, 160, 192, 256, 384, 512, 768, 1024)
         sft = Trainer(model, TrainerConfig(learning_rate=cfg.sft_lr, warmup_steps=10, buckets=buckets,
                                            pad_id=pad, shared_prefix=16))
         t = time.perf_counter()
@@ -190,8 +189,7 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
         log.info('held-out success after SFT: %.1f%%', 100 * before['final_answer'])
         rl = Trainer(sft.model, TrainerConfig(
             learning_rate=cfg.rl_lr, buckets=buckets, pad_id=pad, temperature=cfg.temperature,
-            shared_prefix=16, micro_batches=cfg.rl_micro_batches, sort_micro_batches=True,
-            loss=LossConfig(advantage='grpo', aggregation='token-mean')))
+            shared_prefix=16, micro_batches=cfg.rl_micro_batches, loss=LossConfig(advantage='grpo', aggregation='token-mean')))
         loop = OnlineLoop(rl, _collector(sampler, tok, cfg, cfg.group_size, cfg.seed, cfg.temperature),
                           train, LoopConfig(steps=max(cfg.rl_steps, 1), tasks_per_step=cfg.tasks_per_step,
                                             output_dir=str(out / 'grpo'), progress=cfg.progress,
