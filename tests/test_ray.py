@@ -72,9 +72,6 @@ def _stop_cluster(tmp: str, node_ids: set[str]):
 @pytest.fixture(scope='module')
 def cluster():
     ray = pytest.importorskip('ray', reason="Ray is not installed: pip install 'tunix_agentic[ray]'")
-    if not os.environ.get('TUNIX_RAY_CLUSTER_TESTS'):
-        pytest.skip('two-node Ray cluster tests are opt-in until they have passed once on a quiet '
-                    'machine (set TUNIX_RAY_CLUSTER_TESTS=1)')
     from ray import cloudpickle  # Ray's own copy pickles actor classes and functions
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # test helpers travel by value
     tmp = tempfile.mkdtemp(prefix='tray', dir='/tmp')  # short: Ray's socket paths have a limit
