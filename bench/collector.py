@@ -21,7 +21,8 @@ from tunix_agentic.collector import CollectConfig, TrajectoryCollectEngine
 from tunix_agentic.envs import EnvGroup, EnvSpec
 from tunix_agentic.rollout import ScriptedPolicy, SamplingParams
 from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.tools import FunctionTool, calculator_tools
+from tunix_agentic.tools import FunctionTool
+from tunix_agentic.builtin_tools import calculator_tools
 from tunix_agentic.types import TrajectoryStatus
 
 SCRIPT = ['<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n</tool_call>',

@@ -25,7 +25,7 @@ from tunix_agentic.envs import ToolEnvironment
 from tunix_agentic.remote import RemoteCollector
 from tunix_agentic.rollout import SamplingParams, ScriptedPolicy
 from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.tools import calculator_tools
+from tunix_agentic.builtin_tools import calculator_tools
 from tunix_agentic.types import TrajectoryStatus
 
 SCRIPT = ['<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n</tool_call>',

@@ -11,7 +11,7 @@ from tunix_agentic.episode_driver import EpisodeDriver, run_async
 from tunix_agentic.rollout import SamplingParams, ScriptedPolicy
 from tunix_agentic.server import EngineServer
 from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.tools import calculator_tools
+from tunix_agentic.builtin_tools import calculator_tools
 from tunix_agentic.types import TrajectoryStatus as S
 
 TASK = {'task_type': 'calc', 'question': 'What is 12*34+17?', 'answer': '#### 425'}

@@ -9,7 +9,8 @@ from tunix_agentic.dumps import DumpWriter, load_step
 from tunix_agentic.envs import EnvGroup, EnvSpec, ToolEnvironment
 from tunix_agentic.rollout import BaseRollout, GenerateOutput, ScriptedPolicy, SamplingParams
 from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.tools import BaseTool, calculator_tools
+from tunix_agentic.tools import BaseTool
+from tunix_agentic.builtin_tools import calculator_tools
 from tunix_agentic.types import TrajectoryStatus as S
 
 TOK = build_tiny_tokenizer()

@@ -17,7 +17,7 @@ from tunix_agentic.default_model import default_model_dir, load_default
 from tunix_agentic.envs import EnvGroup, EnvSpec
 from tunix_agentic.rollout import ScriptedPolicy, SamplingParams
 from tunix_agentic.sampler import JaxSampler, SamplerConfig
-from tunix_agentic.tools import calculator_tools
+from tunix_agentic.builtin_tools import calculator_tools
 from tunix_agentic.types import TrajectoryStatus as S
 
 SCRIPT = ['<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n</tool_call>',

@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tunix_agentic.ratelimit import RateLimiter, ToolRateLimiter
 from tunix_agentic.sandbox import CodeInterpreterTool, SandboxResult
-from tunix_agentic.tools import Gsm8kTool, ToolError, ToolManager, calculator_tools
+from tunix_agentic.tools import ToolError, ToolManager
+from tunix_agentic.builtin_tools import Gsm8kTool, calculator_tools
 from tunix_agentic.types import ToolCall, ToolOutput
 
 BUDGET = 512

@@ -199,7 +199,8 @@ def fuzz_outputs(n: int, seed: int = 0) -> list[str]:
 def test_fuzz_10000_parser_and_tools():
     outputs = fuzz_outputs(10_000)
     try:
-        from tunix_agentic.tools import ToolManager, calculator_tools
+        from tunix_agentic.tools import ToolManager
+        from tunix_agentic.builtin_tools import calculator_tools
         manager = ToolManager(calculator_tools(), call_timeout=5.0)
     except Exception:  # tools module not there yet: parsers only
         manager = None

@@ -12,7 +12,7 @@ from tunix_agentic.envs import ToolEnvironment
 from tunix_agentic.rollout import BaseRollout, SamplingParams, ScriptedPolicy
 from tunix_agentic.server import EngineHTTPError, EngineServer, HttpRollout
 from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.tools import calculator_tools
+from tunix_agentic.builtin_tools import calculator_tools
 
 
 @pytest.fixture(scope='module')

@@ -14,7 +14,7 @@ from tunix_agentic.rollout import GenerateOutput, ScriptedPolicy
 from tunix_agentic.rollout_server import RolloutRequest, RolloutServer, RolloutSettings
 from tunix_agentic.server import EngineServer
 from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.tools import calculator_tools
+from tunix_agentic.builtin_tools import calculator_tools
 from tunix_agentic.types import TrajectoryStatus
 
 DEAD_URL = 'http://127.0.0.1:9'  # discard port: connection refused

@@ -12,7 +12,7 @@ from tunix_agentic.rollout import ScriptedPolicy
 from tunix_agentic.server import EngineServer, PlainTextParser
 from tunix_agentic.streaming import StreamingToolParser, text_deltas
 from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.tools import calculator_tools
+from tunix_agentic.builtin_tools import calculator_tools
 
 FRAGMENTS = ['Let me', ' compute', '.', ' ', '\n', '  ', '✓', '<tool_call>', '</tool_call>',
              '<tool_c', '<tool_', '</tool', '<think>', '</think>', '<|python_tag|>', ';', '{', '}',

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from tunix_agentic.ratelimit import RateLimiter, ToolRateLimiter
-from tunix_agentic.tools import (BaseTool, FunctionTool, Gsm8kTool, ToolError, ToolManager,
-                                 calculator_tools, exact_str, truncate_middle, validate_arguments)
+from tunix_agentic.builtin_tools import Gsm8kTool, calculator_tools, exact_str
+from tunix_agentic.tools import (BaseTool, FunctionTool, ToolError, ToolManager, truncate_middle,
+                                 validate_arguments)
 from tunix_agentic.types import ToolCall, ToolOutput
 
 

@@ -235,7 +235,7 @@ from tunix_agentic.dumps import DumpWriter
 from tunix_agentic.envs import EnvGroup, EnvSpec
 from tunix_agentic.rollout import ScriptedPolicy, SamplingParams
 from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.tools import calculator_tools
+from tunix_agentic.builtin_tools import calculator_tools
 
 TOK = build_tiny_tokenizer()
 IM_END = TOK.convert_tokens_to_ids('<|im_end|>')

@@ -11,7 +11,7 @@ import numpy as np
 from .types import Trajectory, ToolOutput
 from .agents import ToolAgent
 from .envs import ToolEnvironment
-from .tools import calculator_tools
+from .builtin_tools import calculator_tools
 
 # %% auto #0
 __all__ = ['COMPOSITIONS', 'SYSTEM_PROMPT', 'make_task', 'make_splits', 'parse_question', 'call_text', 'Teacher', 'calc_env',

@@ -38,7 +38,7 @@ def scripted_calculator_episode(a: int = 123, b: int = 456, c: int = 789):
     from tunix_agentic.tokenizer import build_tiny_tokenizer
     from tunix_agentic.rollout import ScriptedPolicy
     from tunix_agentic.envs import ToolEnvironment
-    from tunix_agentic.tools import calculator_tools
+    from tunix_agentic.builtin_tools import calculator_tools
     from tunix_agentic.collector import TrajectoryCollectEngine, CollectConfig
     tok = build_tiny_tokenizer()
     call = lambda name, x, y: f'<tool_call>\n{{"name": "{name}", "arguments": {{"a": {x}, "b": {y}}}}}\n</tool_call>'

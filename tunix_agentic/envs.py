@@ -91,7 +91,7 @@ def register_env(name: str):
     return deco
 
 def _calculator_tools():
-    from tunix_agentic.tools import calculator_tools
+    from tunix_agentic.builtin_tools import calculator_tools
     return calculator_tools()
 TOOLSETS['calculator'] = _calculator_tools
 

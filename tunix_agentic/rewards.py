@@ -6,7 +6,7 @@
 from __future__ import annotations
 import logging, re
 from typing import Any, Callable, Mapping
-from .tools import exact_str, gsm8k_match, gsm8k_number
+from .builtin_tools import exact_str, gsm8k_match, gsm8k_number
 from .types import Action, RewardOutput
 from .registry import Registry
 

@@ -4,9 +4,8 @@
 
 # %% ../nbs/01_tools.ipynb #2fcd7443
 from __future__ import annotations
-import asyncio, concurrent.futures, functools, inspect, itertools, json, logging, math, re, reprlib
+import asyncio, concurrent.futures, functools, inspect, itertools, json, logging, math, reprlib
 import time, uuid
-from fractions import Fraction
 from typing import Any, Callable
 import jsonschema
 from fastcore.basics import patch
@@ -15,8 +14,7 @@ from .types import ToolCall, ToolOutput, unique_id
 
 # %% auto #0
 __all__ = ['logger', 'TOOL_THREADS', 'ToolError', 'short', 'truncate_middle', 'validate_arguments', 'tool_thread_pool',
-           'BaseTool', 'FunctionTool', 'exact_str', 'add', 'subtract', 'multiply', 'divide', 'calculator_tools',
-           'gsm8k_number', 'gsm8k_match', 'Gsm8kTool', 'ToolManager', 'ToolSession']
+           'BaseTool', 'FunctionTool', 'ToolManager', 'ToolSession']
 
 # %% ../nbs/01_tools.ipynb #f47d6144
 logger = logging.getLogger(__name__)
@@ -237,120 +235,6 @@ async def async_forward(self: FunctionTool, **kwargs) -> ToolOutput:
         res = await self.fn(**kwargs)
         return res if isinstance(res, ToolOutput) else ToolOutput(self.name, output=_as_text(res))
     except Exception as e: return ToolOutput(self.name, error=_error_text(e))
-
-# %% ../nbs/01_tools.ipynb #c7e0d26e
-def exact_str(q: Fraction) -> str:
-    "An exact decimal for `q` if it terminates, else the reduced fraction `p/q`."
-    if q.denominator == 1: return str(q.numerator)
-    d, k2, k5 = q.denominator, 0, 0
-    while d % 2 == 0: d //= 2; k2 += 1
-    while d % 5 == 0: d //= 5; k5 += 1
-    if d != 1: return f'{q.numerator}/{q.denominator}'
-    k = max(k2, k5)
-    digits = str(abs(q.numerator) * 10 ** k // q.denominator).rjust(k + 1, '0')
-    return ('-' if q < 0 else '') + digits[:-k] + '.' + digits[-k:]
-
-# %% ../nbs/01_tools.ipynb #fea9a523
-def _int(x) -> int: return int(x)  # JSON 3.0 is an integer; validation already rejected 3.5
-
-def add(a: int, b: int) -> int:
-    """Add two integers exactly.
-
-    Args:
-        a: The first integer.
-        b: The second integer.
-    """
-    return _int(a) + _int(b)
-
-def subtract(a: int, b: int) -> int:
-    """Subtract the second integer from the first, exactly.
-
-    Args:
-        a: The integer to subtract from.
-        b: The integer to subtract.
-    """
-    return _int(a) - _int(b)
-
-# %% ../nbs/01_tools.ipynb #a95a42c7
-def multiply(a: int, b: int) -> int:
-    """Multiply two integers exactly.
-
-    Args:
-        a: The first integer.
-        b: The second integer.
-    """
-    return _int(a) * _int(b)
-
-def divide(a: int, b: int) -> str:
-    """Divide the first integer by the second; the result is exact (decimal or fraction).
-
-    Args:
-        a: The dividend.
-        b: The divisor (not zero).
-    """
-    if _int(b) == 0: raise ToolError(f'division by zero: cannot divide {a} by 0')
-    return exact_str(Fraction(_int(a), _int(b)))
-
-def calculator_tools() -> list[BaseTool]:
-    "The four exact integer calculator tools: add, subtract, multiply, divide."
-    fns = (add, subtract, multiply, divide)
-    return [FunctionTool.from_function(f, blocking=False) for f in fns]
-
-# %% ../nbs/01_tools.ipynb #eb30ac8f
-_NUM = re.compile(r'-?(?:\$\s*)?\d[\d,]*(?:\.\d+|/\d+)?')
-
-def gsm8k_number(text: Any, *, strict: bool = False) -> Fraction | None:
-    "The number right after the last `####`, else (unless `strict`) the last number, exactly."
-    s = str(text)
-    if '####' in s: nums = _NUM.findall(s.rsplit('####', 1)[1])[:1]
-    else: nums = [] if strict else _NUM.findall(s)[-1:]
-    if not nums: return None
-    try: return Fraction(re.sub(r'[\s$,]', '', nums[0]))
-    except (ValueError, ZeroDivisionError): return None
-
-def gsm8k_match(answer: Any, truth: Any) -> bool:
-    "Is `answer` the same number as the ground truth `truth` (both read by `gsm8k_number`)?"
-    got = gsm8k_number(answer)
-    return got is not None and got == gsm8k_number(truth)
-
-# %% ../nbs/01_tools.ipynb #f8f54c68
-class Gsm8kTool(BaseTool):
-    "verl-style `calc_gsm8k_reward`: ground truth via `create_kwargs`, reward via `calc_reward`."
-    name = 'calc_gsm8k_reward'
-    description = ('A tool for calculating the reward of gsm8k. (1.0 if parsed answer is correct, '
-                   '0.0 if parsed answer is incorrect or not correctly parsed)')
-    parameters = {'type': 'object', 'required': ['answer'], 'properties': {
-        'answer': {'type': 'string',
-                   'description': "The model's answer to the GSM8K math problem, "
-                                  'must be a digits'}}}
-    blocking = False
-    def forward(self, answer: str, ground_truth: str = '') -> ToolOutput:
-        "Stateless check of one answer."
-        reward = float(gsm8k_match(answer, ground_truth))
-        text = f'Current parsed answer={answer!r} reward={reward}'
-        return ToolOutput(self.name, output=text, reward=reward)
-
-# %% ../nbs/01_tools.ipynb #82fe772f
-@patch
-async def create(self: Gsm8kTool, instance_id: str | None = None, ground_truth: str | None = None,
-                 **kwargs) -> str:
-    if ground_truth is None:
-        raise ValueError('calc_gsm8k_reward needs create_kwargs={"ground_truth": ...}')
-    iid = instance_id or uuid.uuid4().hex
-    self.instances[iid] = {'ground_truth': str(ground_truth), 'response': '', 'reward': 0.0}
-    return iid
-
-# %% ../nbs/01_tools.ipynb #491d1889
-@patch
-async def execute(self: Gsm8kTool, instance_id: str, parameters: dict, **kwargs
-                  ) -> tuple[str, float, dict]:
-    inst = self.instances.get(instance_id)
-    if inst is None: raise ToolError(f'calc_gsm8k_reward: no instance {instance_id!r} (released?)')
-    answer = parameters.get('answer', '')
-    out = self.forward(answer=str(answer), ground_truth=inst['ground_truth'])
-    step = 0.0 if out.reward > inst['reward'] else -0.05
-    inst.update(response=str(answer), reward=out.reward)
-    return out.output, step, {'correct': out.reward == 1.0}
 
 # %% ../nbs/01_tools.ipynb #151563bc
 _KW_KEYS = ('create_kwargs', 'execute_kwargs', 'calc_reward_kwargs', 'release_kwargs')
