@@ -124,6 +124,27 @@ def _request(self: LocalSandbox, timeout: float) -> dict:
                 disk_inodes=c.disk_inodes, isolation=c.isolation, uid=c.uid, gid=c.gid,
                 want=list(_WANT) if c.isolation != 'none' else [])
 
+# %% ../nbs/01b_sandbox.ipynb #ce7103e7
+def _text(head: bytes, tail: bytes, total: int) -> str:
+    text = head.decode('utf-8', 'replace')
+    if total > len(head) + len(tail): text += f'\n[... {total - len(head) - len(tail)} bytes cut ...]\n'
+    return text + tail.decode('utf-8', 'replace')
+
+def _result(d: dict, timeout: float) -> SandboxResult:
+    (oh, ot, nout), (eh, et, nerr) = d['stdout'], d['stderr']
+    r = SandboxResult('ok', _text(oh, ot, nout), _text(eh, et, nerr), d.get('rc'),
+                      stdout_bytes=nout, stderr_bytes=nerr, isolation=d.get('isolation') or {})
+    if d.get('setup_error'): r.status, r.message = 'sandbox_error', d['setup_error'][:500]
+    elif d.get('timed_out'): r.status, r.message = 'timeout', f'timed out after {timeout:g} s'
+    elif d.get('signal'):
+        sig = d['signal']
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        r.status, r.message, r.return_code = 'killed', f'killed by {name}', 128 + sig
+    elif r.return_code == 71 and r.stderr.startswith('sandbox setup failed'):
+        r.status, r.message = 'sandbox_error', r.stderr.strip()[:500]
+    elif r.return_code != 0: r.status = 'error'
+    return r
+
 # %% ../nbs/01b_sandbox.ipynb #889ee8c0
 @patch
 async def run(self: LocalSandbox, code: str, *, workdir: str | None = None,
@@ -150,27 +171,6 @@ async def run(self: LocalSandbox, code: str, *, workdir: str | None = None,
         logger.warning('sandbox runs without %s isolation: %s', res.isolation['missing'],
                        res.isolation.get('errors'))
     return res
-
-# %% ../nbs/01b_sandbox.ipynb #ce7103e7
-def _text(head: bytes, tail: bytes, total: int) -> str:
-    text = head.decode('utf-8', 'replace')
-    if total > len(head) + len(tail): text += f'\n[... {total - len(head) - len(tail)} bytes cut ...]\n'
-    return text + tail.decode('utf-8', 'replace')
-
-def _result(d: dict, timeout: float) -> SandboxResult:
-    (oh, ot, nout), (eh, et, nerr) = d['stdout'], d['stderr']
-    r = SandboxResult('ok', _text(oh, ot, nout), _text(eh, et, nerr), d.get('rc'),
-                      stdout_bytes=nout, stderr_bytes=nerr, isolation=d.get('isolation') or {})
-    if d.get('setup_error'): r.status, r.message = 'sandbox_error', d['setup_error'][:500]
-    elif d.get('timed_out'): r.status, r.message = 'timeout', f'timed out after {timeout:g} s'
-    elif d.get('signal'):
-        sig = d['signal']
-        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
-        r.status, r.message, r.return_code = 'killed', f'killed by {name}', 128 + sig
-    elif r.return_code == 71 and r.stderr.startswith('sandbox setup failed'):
-        r.status, r.message = 'sandbox_error', r.stderr.strip()[:500]
-    elif r.return_code != 0: r.status = 'error'
-    return r
 
 # %% ../nbs/01b_sandbox.ipynb #2fbbf3cd
 class SandboxFusionClient:
