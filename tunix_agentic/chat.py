@@ -140,6 +140,7 @@ def encode(self: EpisodeEncoder, text: str) -> list[int]:
     "Token ids of `text`, without added BOS/EOS."
     return self.tokenizer.encode(text, add_special_tokens=False)
 
+# %% ../nbs/03a_chat.ipynb #3c472925
 @patch
 def _prepare(self: EpisodeEncoder, m: dict) -> dict:
     "Copy a message, turn `ToolCall`s into dicts, cut a tool message to the token budget."
@@ -267,24 +268,6 @@ def _cut(self: EpisodeEncoder, base: str, full: str) -> int:
     log.warning('chat template output does not extend the last turn; cutting at char %d', cut)
     return cut
 
-@patch
-def add_messages(self: EpisodeEncoder, messages: list[dict]) -> list[int]:
-    "Append env/tool/user messages and the next generation prompt (mask 0); returns their ids."
-    if not self.messages: raise ValueError('call start() before add_messages()')
-    new = [self._prepare(m) for m in messages]
-    if self._n_anchor == 0:  # no assistant turn yet: the prompt grows
-        tail, at = self._encode_rendered(self.render(self.messages + new, True)), 0
-    else:
-        at, tail = self._anchor, self._delta_ids(new)
-        if not self._closed: tail = [self.eot_id] + tail
-    del self.input_ids[at:], self.response_mask[at:], self.logprobs[at:]
-    self.input_ids += tail
-    self.response_mask += [0] * len(tail)
-    self.logprobs += [0.0] * len(tail)
-    self.messages += new
-    if self._n_anchor == 0: self.prompt_len = len(self.input_ids)
-    return tail
-
 # %% ../nbs/03a_chat.ipynb #3f25e0b0
 @patch
 def _tail_ids(self: EpisodeEncoder, history: list[dict], new: list[dict], n_anchor: int, **kw) -> list[int]:
@@ -313,6 +296,25 @@ def _delta_ids(self: EpisodeEncoder, new: list[dict]) -> list[int]:
         state[0] += 1
         return full
     return ids
+
+# %% ../nbs/03a_chat.ipynb #ebb64ab4
+@patch
+def add_messages(self: EpisodeEncoder, messages: list[dict]) -> list[int]:
+    "Append env/tool/user messages and the next generation prompt (mask 0); returns their ids."
+    if not self.messages: raise ValueError('call start() before add_messages()')
+    new = [self._prepare(m) for m in messages]
+    if self._n_anchor == 0:  # no assistant turn yet: the prompt grows
+        tail, at = self._encode_rendered(self.render(self.messages + new, True)), 0
+    else:
+        at, tail = self._anchor, self._delta_ids(new)
+        if not self._closed: tail = [self.eot_id] + tail
+    del self.input_ids[at:], self.response_mask[at:], self.logprobs[at:]
+    self.input_ids += tail
+    self.response_mask += [0] * len(tail)
+    self.logprobs += [0.0] * len(tail)
+    self.messages += new
+    if self._n_anchor == 0: self.prompt_len = len(self.input_ids)
+    return tail
 
 # %% ../nbs/03a_chat.ipynb #04851180
 @patch
