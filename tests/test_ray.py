@@ -285,6 +285,33 @@ def test_64_episodes_over_4_workers_equal_one_process(cluster):
     finally: rc.close()
 
 
+def _limited_collector(lim):
+    "The workers' collector, its tool calls under the cluster-wide limit `lim`."
+    from tunix_agentic.ratelimit import ToolRateLimiter
+    from tunix_agentic.ray_workers import scripted_calculator
+    return scripted_calculator(2, logprob=-0.25, tool_ms=50, max_concurrency=16,
+                               rate_limiter=ToolRateLimiter(global_limiter=lim))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_tools_of_four_workers_share_one_ray_limit(cluster):
+    "The tool path (`ToolManager` -> `ToolRateLimiter` -> `RayRateLimiter`) limits the whole cluster."
+    import functools
+    from tunix_agentic.ray_workers import RayCollector
+    lim = RayRateLimiter(max_concurrency=3, name=f'tools_{uuid.uuid4().hex[:8]}', namespace=NS)
+    rc = RayCollector(functools.partial(_limited_collector, lim), num_workers=4, groups_per_worker=4,
+                      num_cpus=0.5)
+    try:
+        assert len({i['node_id'] for i in rc.info()}) == 2
+        got = rc.run(TASKS)  # 64 episodes, one 50 ms call each, up to 64 wanting a slot at once
+        assert [_key(t) for t in got] == [_key(t) for t in make_collector().run(TASKS)]
+        st = _wait_for(lambda: (s := lim.stats())['in_flight'] == 0 and s)
+        assert (st['granted'], st['max_in_flight'], st['in_flight'], st['waiting']) == (64, 3, 0, 0)
+    finally:
+        rc.close(); lim.kill()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_online_loop_on_ray_workers(cluster, tmp_path):
