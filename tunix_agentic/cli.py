@@ -25,7 +25,6 @@ def _cmd_info(args) -> int:
     for k, v in rows.items(): print(f'{k:>18}: {v}')
     return 0
 
-# %% ../nbs/12_cli.ipynb #06ba797a
 def _cmd_build_default(args) -> int:
     "Build the embedded default model (once) and print its directory."
     from tunix_agentic.default_model import default_model_dir
