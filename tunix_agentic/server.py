@@ -68,6 +68,31 @@ class CompletionRequest(SamplingFields):
     prompt: str | list[NonNegativeInt] = Field(min_length=1)
     logprobs: int | None = Field(None, ge=0, le=20)
 
+# %% ../nbs/13_server.ipynb #e3d23958
+def _engine_app(srv: EngineServer) -> FastAPI:
+    app = FastAPI(title='tunix_agentic engine server', docs_url=None, redoc_url=None)
+    install_error_handlers(app)
+    def _auth(request: Request): check_api_key(request, srv.api_key)
+    auth = [Depends(_auth)]
+    @app.get('/health')
+    async def health():
+        return {'status': 'ok', 'engine': type(srv.engine).__name__,
+                'policy_version': int(srv.engine.policy_version)}
+    @app.get('/v1/models', dependencies=auth)
+    async def models():
+        return {'object': 'list', 'data': [{'id': srv.model, 'object': 'model', 'created': 0,
+                                            'owned_by': 'tunix_agentic'}]}
+    # JSONResponse directly: FastAPI's jsonable_encoder walks every id of a long prompt (10x slower)
+    @app.post('/v1/chat/completions', dependencies=auth)
+    async def chat(req: ChatRequest):
+        r = await srv.chat(req)
+        return r if isinstance(r, StreamingResponse) else JSONResponse(r)
+    @app.post('/v1/completions', dependencies=auth)
+    async def complete(req: CompletionRequest): return JSONResponse(await srv.complete(req))
+    @app.post('/generate', dependencies=auth)
+    async def generate(req: GenerateRequest): return JSONResponse(await srv.generate_batch(req))
+    return app
+
 # %% ../nbs/13_server.ipynb #976bfcfb
 class EngineServer:
     "OpenAI-compatible chat/completions/models over a BaseRollout, with token ids and logprobs."
@@ -256,31 +281,6 @@ async def generate_batch(self: EngineServer, req: GenerateRequest) -> dict:
     except Exception as e: raise HTTPException(500, f'engine failed: {type(e).__name__}: {e}')
     return {'outputs': [o.__dict__ for o in outs],
             'policy_version': int(self.engine.policy_version)}
-
-# %% ../nbs/13_server.ipynb #e3d23958
-def _engine_app(srv: EngineServer) -> FastAPI:
-    app = FastAPI(title='tunix_agentic engine server', docs_url=None, redoc_url=None)
-    install_error_handlers(app)
-    def _auth(request: Request): check_api_key(request, srv.api_key)
-    auth = [Depends(_auth)]
-    @app.get('/health')
-    async def health():
-        return {'status': 'ok', 'engine': type(srv.engine).__name__,
-                'policy_version': int(srv.engine.policy_version)}
-    @app.get('/v1/models', dependencies=auth)
-    async def models():
-        return {'object': 'list', 'data': [{'id': srv.model, 'object': 'model', 'created': 0,
-                                            'owned_by': 'tunix_agentic'}]}
-    # JSONResponse directly: FastAPI's jsonable_encoder walks every id of a long prompt (10x slower)
-    @app.post('/v1/chat/completions', dependencies=auth)
-    async def chat(req: ChatRequest):
-        r = await srv.chat(req)
-        return r if isinstance(r, StreamingResponse) else JSONResponse(r)
-    @app.post('/v1/completions', dependencies=auth)
-    async def complete(req: CompletionRequest): return JSONResponse(await srv.complete(req))
-    @app.post('/generate', dependencies=auth)
-    async def generate(req: GenerateRequest): return JSONResponse(await srv.generate_batch(req))
-    return app
 
 # %% ../nbs/13_server.ipynb #58aa297a
 class HttpRollout(BaseRollout):
