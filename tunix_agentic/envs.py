@@ -13,13 +13,12 @@ from .types import Action, ToolOutput, RewardOutput
 from .rewards import get_reward_fn
 from .registry import Registry
 
+_log = logging.getLogger(__name__)
+Observation = dict[str, Any]
+
 # %% auto #0
 __all__ = ['Observation', 'ENV_REGISTRY', 'TOOLSETS', 'as_action', 'BaseEnv', 'register_env', 'resolve_tools', 'env_from_dict',
            'ToolEnvironment', 'SingleTurnEnv', 'EnvSpec', 'EnvGroup']
-
-# %% ../nbs/04_envs.ipynb #cfbaf60c
-_log = logging.getLogger(__name__)
-Observation = dict[str, Any]
 
 # %% ../nbs/04_envs.ipynb #a69b14bc
 def as_action(action: Action | str | None) -> Action:
