@@ -11,12 +11,11 @@ from typing import Any, Callable, Sequence
 from fastcore.basics import patch
 from .chat import chat_format
 
+_log = logging.getLogger(__name__)
+
 # %% auto #0
 __all__ = ['FINISH_REASONS', 'SamplingParams', 'GenerateOutput', 'run_sync', 'RequestBatcher', 'as_params_list', 'BaseRollout',
            'ScriptedPolicy']
-
-# %% ../nbs/07_rollout.ipynb #11034b2b
-_log = logging.getLogger(__name__)
 
 # %% ../nbs/07_rollout.ipynb #abce8eed
 @dataclass(frozen=True, kw_only=True)
