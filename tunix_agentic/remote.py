@@ -19,14 +19,13 @@ from .collector import (CollectConfig, EpisodeState, TrajectoryCollectEngine,
 from .http_plumbing import ClientPool
 from .server import EngineServer
 
-# %% auto #0
-__all__ = ['RemoteRolloutError', 'assemble_ids', 'RemoteCollector']
-
-# %% ../nbs/13b_remote.ipynb #f7e91112
 _S = TrajectoryStatus
 
 class RemoteRolloutError(RuntimeError):
     "The rollout server could not be reached or refused an episode."
+
+# %% auto #0
+__all__ = ['RemoteRolloutError', 'assemble_ids', 'RemoteCollector']
 
 # %% ../nbs/13b_remote.ipynb #651158e6
 def _first_diff(a: list, b: list) -> int:
@@ -147,6 +146,33 @@ async def post_rollout(self: RemoteCollector, body: dict) -> dict:
             raise RemoteRolloutError(f'POST {url} -> {r.status_code}: {msg}')
         return r.json()
 
+# %% ../nbs/13b_remote.ipynb #f39aaa6d
+@patch
+def _assemble(self: RemoteCollector, task: dict, resp: dict | None, turns: list[dict],
+              error: str | None, episode_id: str, group_id: str, version: int) -> Trajectory:
+    "The Trajectory of one remote episode: ids from our records, the rest from the server."
+    remote = Trajectory.from_dict(resp['trajectory']) if resp and resp.get('trajectory') else None
+    if remote is None and error is None:
+        error = (resp or {}).get('error_message') or 'the rollout server sent no trajectory'
+    status = remote.status if remote is not None else _S.ERROR
+    error = error or (remote.error if remote is not None else None)
+    try: ids, mask, lps, plen = assemble_ids(turns, remote.input_ids if remote else None)
+    except ValueError as e: ids, mask, lps, plen, status, error = [], [], [], 0, _S.ERROR, str(e)
+    steps = list(remote.steps) if remote is not None else []
+    if self.final_reward_fn is not None and steps and status not in (_S.ERROR, _S.CANCELLED):
+        try:
+            r = self.final_reward_fn(task, Trajectory(task=task, steps=steps))
+            steps[-1].reward += float(r.reward if isinstance(r, RewardOutput) else r)
+        except Exception as e: status, error = _S.ERROR, f'final_reward_fn failed: {e!r}'
+    for s, g in zip(steps, mc_returns([s.reward for s in steps], self.config.gamma)):
+        s.mc_return = g
+    return Trajectory(task=dict(task), steps=steps, reward=float(sum(s.reward for s in steps)),
+                      status=status, messages=remote.messages if remote else [], input_ids=ids,
+                      response_mask=mask, logprobs=lps, prompt_len=plen, episode_id=episode_id,
+                      group_id=group_id, env_name=remote.env_name if remote else '',
+                      policy_version=version, error=error,
+                      metrics=dict(remote.metrics) if remote else {})
+
 # %% ../nbs/13b_remote.ipynb #8a1f8750
 @patch
 async def collect(self: RemoteCollector, task: dict, *, episode_id: str | None = None,
@@ -183,30 +209,3 @@ async def collect(self: RemoteCollector, task: dict, *, episode_id: str | None =
             try: fn(traj)
             except Exception: pass
     return traj
-
-# %% ../nbs/13b_remote.ipynb #f39aaa6d
-@patch
-def _assemble(self: RemoteCollector, task: dict, resp: dict | None, turns: list[dict],
-              error: str | None, episode_id: str, group_id: str, version: int) -> Trajectory:
-    "The Trajectory of one remote episode: ids from our records, the rest from the server."
-    remote = Trajectory.from_dict(resp['trajectory']) if resp and resp.get('trajectory') else None
-    if remote is None and error is None:
-        error = (resp or {}).get('error_message') or 'the rollout server sent no trajectory'
-    status = remote.status if remote is not None else _S.ERROR
-    error = error or (remote.error if remote is not None else None)
-    try: ids, mask, lps, plen = assemble_ids(turns, remote.input_ids if remote else None)
-    except ValueError as e: ids, mask, lps, plen, status, error = [], [], [], 0, _S.ERROR, str(e)
-    steps = list(remote.steps) if remote is not None else []
-    if self.final_reward_fn is not None and steps and status not in (_S.ERROR, _S.CANCELLED):
-        try:
-            r = self.final_reward_fn(task, Trajectory(task=task, steps=steps))
-            steps[-1].reward += float(r.reward if isinstance(r, RewardOutput) else r)
-        except Exception as e: status, error = _S.ERROR, f'final_reward_fn failed: {e!r}'
-    for s, g in zip(steps, mc_returns([s.reward for s in steps], self.config.gamma)):
-        s.mc_return = g
-    return Trajectory(task=dict(task), steps=steps, reward=float(sum(s.reward for s in steps)),
-                      status=status, messages=remote.messages if remote else [], input_ids=ids,
-                      response_mask=mask, logprobs=lps, prompt_len=plen, episode_id=episode_id,
-                      group_id=group_id, env_name=remote.env_name if remote else '',
-                      policy_version=version, error=error,
-                      metrics=dict(remote.metrics) if remote else {})
