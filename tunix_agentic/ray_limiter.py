@@ -54,7 +54,7 @@ class LimiterActor:
         self.grants = collections.deque(maxlen=100_000) if trace else None
     def get_config(self) -> dict: return self.config
 
-# %% ../nbs/01d_ray_limiter.ipynb #ac341476
+# %% ../nbs/01d_ray_limiter.ipynb #b6d3b88b
 @patch
 async def _reap(self: LimiterActor):
     "Free leases whose holder stopped renewing them (it died, or lost the cluster)."
@@ -68,6 +68,18 @@ async def _reap(self: LimiterActor):
                 self.expired += 1
                 await self.release(lease)
 
+# %% ../nbs/01d_ray_limiter.ipynb #9081450b
+@patch
+def _end_grace(self: LimiterActor, held: int):
+    self.limiter.in_flight -= held
+    self.limiter._wake()
+
+@patch
+def _forget(self: LimiterActor, lease: str):
+    self.freed[lease] = None
+    if len(self.freed) > 100_000: self.freed.popitem(last=False)
+
+# %% ../nbs/01d_ray_limiter.ipynb #e9149746
 @patch
 def _start(self: LimiterActor):
     "First call: start the reaper; after a restart, hold every slot for a grace period."
@@ -80,17 +92,7 @@ def _start(self: LimiterActor):
         self.limiter.in_flight += cap
         loop.call_later(self.ttl / 2, self._end_grace, cap)
 
-@patch
-def _end_grace(self: LimiterActor, held: int):
-    self.limiter.in_flight -= held
-    self.limiter._wake()
-
-@patch
-def _forget(self: LimiterActor, lease: str):
-    self.freed[lease] = None
-    if len(self.freed) > 100_000: self.freed.popitem(last=False)
-
-# %% ../nbs/01d_ray_limiter.ipynb #1147b4b1
+# %% ../nbs/01d_ray_limiter.ipynb #3090ea71
 @patch
 async def acquire(self: LimiterActor, lease: str, owner: str) -> bool:
     "Wait (FIFO) for a slot and record `lease`; False if it was released before its turn."
@@ -107,6 +109,7 @@ async def acquire(self: LimiterActor, lease: str, owner: str) -> bool:
     if self.grants is not None: self.grants.append(lease)
     return True
 
+# %% ../nbs/01d_ray_limiter.ipynb #559f3696
 @patch
 async def release(self: LimiterActor, lease: str) -> bool:
     "Give `lease`'s slot back, or drop its wait; True if a slot came back."
@@ -118,7 +121,7 @@ async def release(self: LimiterActor, lease: str) -> bool:
     self.limiter.release()
     return True
 
-# %% ../nbs/01d_ray_limiter.ipynb #d4c5f986
+# %% ../nbs/01d_ray_limiter.ipynb #1e18f619
 @patch
 async def renew(self: LimiterActor, owner: str, leases: list[str]) -> int:
     "Extend `owner`'s leases; adopt the ones this actor does not know. Returns how many adopted."
@@ -133,6 +136,7 @@ async def renew(self: LimiterActor, owner: str, leases: list[str]) -> int:
     self.max_in_flight = max(self.max_in_flight, len(self.leases))
     return new
 
+# %% ../nbs/01d_ray_limiter.ipynb #84b72db2
 @patch
 async def stats(self: LimiterActor) -> dict:
     "Counts: in flight (leases held), waiting, granted, the most in flight seen, expired, adopted."
@@ -175,7 +179,7 @@ class RayRateLimiter:
                 f'max_concurrency={self.max_concurrency}, namespace={self.namespace!r})')
     def __getstate__(self): return {**self.__dict__, '_actor': None, '_checked': False, '_held': []}
 
-# %% ../nbs/01d_ray_limiter.ipynb #13e1c7c5
+# %% ../nbs/01d_ray_limiter.ipynb #51edb4c1
 _ACTOR_CLASS = None
 
 @patch
@@ -192,6 +196,7 @@ def _handle(self: RayRateLimiter):
                                             self.name, self.lease_ttl_s, None, self.trace)
     return self._actor
 
+# %% ../nbs/01d_ray_limiter.ipynb #542b2c71
 @patch
 async def _check(self: RayRateLimiter, actor):
     "Once: the actor found by name must have this limiter's settings."
@@ -267,7 +272,7 @@ def _free(self: RayRateLimiter, lease: str):
     try: self._handle().release.remote(lease)
     except Exception as e: logger.warning('%s: releasing %s failed: %r', self.name, lease, e)
 
-# %% ../nbs/01d_ray_limiter.ipynb #a1f7a52b
+# %% ../nbs/01d_ray_limiter.ipynb #24464235
 @patch
 async def acquire(self: RayRateLimiter):
     "Wait for a slot (cluster-wide FIFO). Pair with `release()`, or use `async with lim.slot():`."
@@ -279,6 +284,7 @@ def release(self: RayRateLimiter):
     if not self._held: raise RuntimeError(f'{self.name}: release() without a matching acquire()')
     self._free(self._held.pop())
 
+# %% ../nbs/01d_ray_limiter.ipynb #06681b45
 @patch
 @contextlib.asynccontextmanager
 async def slot(self: RayRateLimiter, tool_name: str | None = None):
@@ -287,7 +293,7 @@ async def slot(self: RayRateLimiter, tool_name: str | None = None):
     try: yield self
     finally: self._free(lease)
 
-# %% ../nbs/01d_ray_limiter.ipynb #f6b777fd
+# %% ../nbs/01d_ray_limiter.ipynb #72f2b58f
 @patch
 async def astats(self: RayRateLimiter) -> dict:
     "The actor's counts (see `LimiterActor.stats`)."
@@ -303,6 +309,7 @@ RayRateLimiter.in_flight = property(lambda self: self.stats()['in_flight'],
 RayRateLimiter.waiting = property(lambda self: self.stats()['waiting'],
                                   doc='Calls waiting for a slot, cluster-wide.')
 
+# %% ../nbs/01d_ray_limiter.ipynb #9d1dc7b0
 @patch
 def kill(self: RayRateLimiter):
     "Remove the actor for good (it is detached: it outlives the processes that use it)."
