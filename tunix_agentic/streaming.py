@@ -13,11 +13,10 @@ from .types import ToolCall
 from fastcore.basics import patch
 from .server import ChatRequest, openai_tool_call, _usage
 
+_log = logging.getLogger(__name__)
+
 # %% auto #0
 __all__ = ['StreamingToolParser', 'text_deltas', 'chat_stream']
-
-# %% ../nbs/13c_streaming.ipynb #b7671f40
-_log = logging.getLogger(__name__)
 
 # %% ../nbs/13c_streaming.ipynb #5c0d830e
 def _incremental(p: ToolParser) -> bool:
