@@ -4,20 +4,20 @@
 
 # %% ../nbs/07a_collector.ipynb #55480e59
 from __future__ import annotations
-import asyncio, contextlib, hashlib, inspect, itertools, logging, time
+import asyncio, contextlib, inspect, itertools, logging, time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 from fastcore.basics import patch
-from .types import Trajectory, TrajectoryStatus, RewardOutput
-from .rollout import BaseRollout, SamplingParams, GenerateOutput, run_sync
+from .types import Trajectory, TrajectoryStatus
+from .rollout import BaseRollout, SamplingParams, run_sync
 from .envs import BaseEnv, EnvGroup
 from .agents import BaseAgent, ToolAgent
-from .rewards import mc_returns
 from .dumps import DumpWriter
 from .chat import chat_format
+from .episode import Episode, EpisodeState, derive_seed, publish
 
 # %% auto #0
-__all__ = ['CollectConfig', 'EpisodeState', 'derive_seed', 'TrajectoryCollectEngine']
+__all__ = ['CollectConfig', 'TrajectoryCollectEngine']
 
 # %% ../nbs/07a_collector.ipynb #10db5017
 _log = logging.getLogger(__name__)
@@ -57,26 +57,6 @@ class CollectConfig:
                       'group_size': 2,
                       'sampling': SamplingParams(max_new_tokens=64), **kw})
 
-# %% ../nbs/07a_collector.ipynb #66dbcfde
-@dataclass
-class EpisodeState:
-    "Where one episode is now."
-    episode_id: str
-    group_id: str = ''
-    env_name: str = ''
-    status: TrajectoryStatus = TrajectoryStatus.PENDING
-    turn: int = 0  # model calls so far
-    history: list[str] = field(default_factory=list)  # every status it went through
-    updated_at: float = 0.0  # time.monotonic() of the last change
-    @property
-    def done(self) -> bool: return self.status.is_terminal
-
-# %% ../nbs/07a_collector.ipynb #fe3baa40
-def derive_seed(*parts: Any) -> int:
-    "A stable 31-bit seed from any printable parts."
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=4).digest()
-    return int.from_bytes(digest, 'little') & 0x7FFFFFFF
-
 # %% ../nbs/07a_collector.ipynb #e202015f
 class TrajectoryCollectEngine:
     "Collect trajectories: concurrent episodes, GRPO groups, budgets, token-exact encoding."
@@ -114,13 +94,7 @@ class TrajectoryCollectEngine:
 @patch
 def _set(self: TrajectoryCollectEngine, st: EpisodeState, status: TrajectoryStatus | None = None):
     "Record a state change and tell the observer (an observer's failure never stops an episode)."
-    if status is not None:
-        st.status = TrajectoryStatus(status)
-        st.history.append(st.status.value)
-    st.updated_at = time.monotonic()
-    if self.on_state is not None:
-        try: self.on_state(st)
-        except Exception as e: _log.warning('on_state callback failed: %r', e)
+    publish(st, status, self.on_state)
 
 @patch
 def _forget_old_states(self: TrajectoryCollectEngine):
@@ -130,94 +104,19 @@ def _forget_old_states(self: TrajectoryCollectEngine):
         del self.states[k]
 
 # %% ../nbs/07a_collector.ipynb #6415ad48
-class _Episode:
-    "Mutable bookkeeping of one running episode."
-    def __init__(self, task, env, agent, state, env_seed, sampling_seed):
-        self.task, self.env, self.agent, self.state = task, env, agent, state
-        self.env_seed, self.sampling_seed = env_seed, sampling_seed
-        self.enc = None
-        self.status, self.error = _S.RUNNING, None
-        self.t_model = self.t_tools = 0.0
-        self.version_last = None  # policy version at the last model call
-        self.counts = dict(turns=0, tool_calls=0, tool_errors=0, parse_errors=0, truncated_turns=0)
-
 @patch
-def _encoder(self: TrajectoryCollectEngine, tools: list[dict]):
-    from tunix_agentic.chat import EpisodeEncoder
-    c = self.config
-    return EpisodeEncoder(self.tokenizer, tools=tools or None, max_seq_len=c.max_seq_len,
-                          tool_output_max_tokens=c.tool_output_max_tokens,
-                          drift_policy=c.drift_policy,
-                          chat_template_kwargs=c.chat_template_kwargs,
-                          end_of_turn=self.chat_format.end_of_turn)
-
-@patch
-def _decode_response(self: TrajectoryCollectEngine, out: GenerateOutput, stops: set[int]) -> str:
-    "The text of a response, without its closing stop token."
-    ids = out.token_ids[:-1] if out.token_ids and out.token_ids[-1] in stops else out.token_ids
-    return self.tokenizer.decode(ids, skip_special_tokens=False)
+def _episode(self: TrajectoryCollectEngine, task: dict, env: BaseEnv | None, agent: BaseAgent | None,
+             st: EpisodeState, env_seed: int, sampling_seed: int) -> Episode:
+    return Episode(task, env, agent, self.tokenizer, self.config, env_seed=env_seed,
+                   sampling_seed=sampling_seed, episode_id=st.episode_id, group_id=st.group_id,
+                   state=st, on_state=self.on_state, fmt=self.chat_format)
 
 # %% ../nbs/07a_collector.ipynb #b14f7d93
 @patch
-async def _run_episode(self: TrajectoryCollectEngine, ep: _Episode, max_turns: int):
-    "reset → (model → parse → env step) × turns; sets `ep.status`."
-    c, st = self.config, ep.state
-    t = time.perf_counter()
-    obs, info = await ep.env.reset(seed=ep.env_seed)
-    ep.t_tools += time.perf_counter() - t
-    ep.agent.reset(task=ep.task, tools=info.get('tools') or ep.env.tool_schemas)
-    ep.agent.update_from_env(obs, 0.0, False, info)
-    ep.enc = enc = self._encoder(getattr(ep.agent, 'tools', None))
-    enc.start(ep.agent.chat_completions)
-    if len(enc.input_ids) >= c.max_seq_len:  # the prompt alone fills the budget: nothing to train
-        n = len(enc.input_ids)
-        enc.truncate(c.max_seq_len)  # keep len(input_ids) <= max_seq_len
-        enc.prompt_len = min(enc.prompt_len, c.max_seq_len)
-        ep.counts['prompt_too_long'] = n
-        ep.status = _S.MAX_LENGTH
-        ep.error = f'the prompt has {n} tokens; max_seq_len is {c.max_seq_len}'
-        return
-    stops = set(c.sampling.stop_token_ids) | set(self.chat_format.end_ids)
-    for turn in range(max_turns):
-        budget = enc.remaining()
-        if budget <= 0: ep.status = _S.MAX_LENGTH; return
-        params = c.sampling.replace(max_new_tokens=min(c.sampling.max_new_tokens, budget),
-                                    stop_token_ids=tuple(sorted(stops)),
-                                    seed=derive_seed(ep.sampling_seed, turn))
-        self._set(st, _S.RUNNING)
-        t = time.perf_counter()
-        out = await self.rollout.agenerate(list(enc.input_ids), params)
-        ep.t_model += time.perf_counter() - t
-        ep.version_last = int(getattr(self.rollout, 'policy_version', 0))
-        st.turn = ep.counts['turns'] = turn + 1
-        if out.finish_reason == 'abort':
-            ep.status, ep.error = _S.ERROR, 'the rollout engine aborted the request'; return
-        action = ep.agent.update_from_model(self._decode_response(out, stops),
-                                            finish_reason=out.finish_reason)
-        enc.add_assistant(out.token_ids, out.logprobs, ep.agent.chat_completions[-1])
-        ep.counts['parse_errors'] += len(action.parse_errors)
-        ep.counts['tool_calls'] += len(action.tool_calls)  # calls the model made (run or not)
-        if out.finish_reason == 'length':
-            ep.counts['truncated_turns'] += 1
-            if len(out.token_ids) >= budget or enc.remaining() <= 0:
-                ep.status = _S.MAX_LENGTH; return
-        if action.tool_calls: self._set(st, _S.TOOL_CALLING)
-        t = time.perf_counter()
-        obs, reward, done, info = await ep.env.step(action)
-        ep.t_tools += time.perf_counter() - t
-        ep.counts['tool_errors'] += int(info.get('tool_errors', 0))
-        new = ep.agent.update_from_env(obs, reward, done, info)
-        if done:
-            ep.status = TrajectoryStatus(info.get('status', 'done'))
-            ep.error = info.get('error')
-            return
-        if turn + 1 >= max_turns: break
-        n_ids, n_msgs = len(enc.input_ids), len(enc.messages)
-        enc.add_messages(new)
-        if len(enc.input_ids) > c.max_seq_len:  # the tool turn overshoots: drop it, end cleanly
-            enc.truncate(n_ids, n_msgs); ep.status = _S.MAX_LENGTH; return
-        if enc.remaining() <= 0: ep.status = _S.MAX_LENGTH; return
-    ep.status = _S.MAX_TURNS
+async def _play(self: TrajectoryCollectEngine, ep: Episode):
+    "start → (sample → advance) until the episode ends."
+    await ep.start()
+    while (out := await ep.sample(self.rollout)) is not None: await ep.advance(out)
 
 # %% ../nbs/07a_collector.ipynb #0d6f0bc2
 @patch
@@ -240,82 +139,36 @@ async def collect(self: TrajectoryCollectEngine, task: dict, *,
             t0, env, ep, cancelled = time.perf_counter(), None, None, False
             version = int(getattr(self.rollout, 'policy_version', 0))
             try:
-                env = self._make_env(task); st.env_name = getattr(env, 'name', '')
-                ep = _Episode(task, env, self.agent_fn(task), st, env_seed, sampling_seed)
-                max_turns = min(c.max_turns, getattr(env, 'max_steps', c.max_turns))
-                async with asyncio.timeout(c.episode_timeout_s):
-                    await self._run_episode(ep, max_turns)
-            except TimeoutError:
-                ep.status, ep.error = _S.TIMEOUT, f'episode exceeded {c.episode_timeout_s} s'
+                env = self._make_env(task)
+                ep = self._episode(task, env, self.agent_fn(task), st, env_seed, sampling_seed)
+                async with asyncio.timeout(c.episode_timeout_s): await self._play(ep)
+            except TimeoutError: ep.end(_S.TIMEOUT, f'episode exceeded {c.episode_timeout_s} s')
             except asyncio.CancelledError:
                 cancelled = True
-                if ep is not None: ep.status, ep.error = _S.CANCELLED, 'cancelled'
+                if ep is not None: ep.end(_S.CANCELLED, 'cancelled')
             except Exception as e:
                 _log.warning('episode %s failed: %r', episode_id, e, exc_info=True)
-                if ep is None: ep = _Episode(task, env, None, st, env_seed, sampling_seed)
-                ep.status, ep.error = _S.ERROR, f'{type(e).__name__}: {e}'
+                ep = ep or self._episode(task, env, None, st, env_seed, sampling_seed)
+                ep.end(_S.ERROR, f'{type(e).__name__}: {e}')
             finally:
-                if env is not None:
-                    t = time.perf_counter()
-                    try: await asyncio.shield(env.close())
-                    except BaseException as e:
-                        _log.warning('env.close of %s failed: %r', episode_id, e)
-                    if ep is not None: ep.t_tools += time.perf_counter() - t
+                if ep is not None: await ep.close()
     if ep is None:
-        ep = _Episode(task, env, None, st, env_seed, sampling_seed)
-        ep.status = _S.CANCELLED
-    traj = self._finish(ep, episode_id, group_id, version, time.perf_counter() - t0, sink)
+        ep = self._episode(task, None, None, st, env_seed, sampling_seed)
+        ep.end(_S.CANCELLED)
+    traj = ep.finish(self.final_reward_fn, policy_version=version, total_s=time.perf_counter() - t0)
+    self._publish(traj, sink)
     if cancelled: raise asyncio.CancelledError()
     return traj
 
 # %% ../nbs/07a_collector.ipynb #f5898f92
-def _checks_prefix(c: CollectConfig, episode_id: str) -> bool:
-    "Is this episode's prefix checked? All at 1.0, none at 0, else a fixed share picked by episode id."
-    return c.prefix_check >= 1 or derive_seed(c.seed, 'prefix-check', episode_id) % 10_000 < c.prefix_check * 10_000
-
 @patch
-def _finish(self: TrajectoryCollectEngine, ep: _Episode, episode_id: str, group_id: str,
-            version: int, total_s: float, sink: Callable | None = None) -> Trajectory:
-    "Assemble the Trajectory of a finished episode and publish its final state."
-    steps = list(ep.agent.trajectory.steps) if ep.agent is not None else []
-    metrics: dict[str, Any] = dict(ep.counts, env_seed=ep.env_seed, sampling_seed=ep.sampling_seed,
-                                   policy_version_last=ep.version_last)
-    enc = ep.enc
-    if (enc is not None and _checks_prefix(self.config, episode_id) and ep.status != _S.ERROR
-            and 'prompt_too_long' not in ep.counts):
-        try:
-            d = enc.prefix_check()
-            metrics['drift'], metrics['drift_first_mismatch'] = int(d.count), d.first_mismatch
-        except Exception as e:
-            ep.status, ep.error = _S.ERROR, f'prefix check failed: {type(e).__name__}: {e}'
-    if self.final_reward_fn is not None and steps and ep.status not in (_S.ERROR, _S.CANCELLED):
-        try:
-            r = self.final_reward_fn(ep.task, Trajectory(task=ep.task, steps=steps))
-            steps[-1].reward += float(r.reward if isinstance(r, RewardOutput) else r)
-        except Exception as e: ep.status, ep.error = _S.ERROR, f'final_reward_fn failed: {e!r}'
-    for s, g in zip(steps, mc_returns([s.reward for s in steps], self.config.gamma)):
-        s.mc_return = g
-    ids = list(enc.input_ids) if enc is not None else []
-    prompt_len = int(enc.prompt_len) if enc is not None else 0
-    mask = list(enc.response_mask) if enc is not None else []
-    metrics.update(prompt_tokens=prompt_len, response_tokens=int(sum(mask)), total_tokens=len(ids),
-                   time_model_s=ep.t_model, time_tools_s=ep.t_tools, time_total_s=total_s,
-                   time_framework_s=max(total_s - ep.t_model - ep.t_tools, 0.0))
-    if enc is not None: metrics.update(getattr(enc, 'metrics', {}))
-    messages = enc.messages if enc is not None else (ep.agent.chat_completions if ep.agent else [])
-    traj = Trajectory(task=dict(ep.task), steps=steps, reward=float(sum(s.reward for s in steps)),
-                      status=ep.status, messages=[dict(m) for m in messages],
-                      input_ids=ids, response_mask=mask,
-                      logprobs=list(enc.logprobs) if enc is not None else [], prompt_len=prompt_len,
-                      episode_id=episode_id, group_id=group_id, env_name=ep.state.env_name,
-                      policy_version=version, error=ep.error, metrics=metrics)
-    self._set(ep.state, ep.status)
+def _publish(self: TrajectoryCollectEngine, traj: Trajectory, sink: Callable | None = None):
+    "Bound `states`; hand a finished trajectory to `on_trajectory` and the sink (never raises)."
     self._forget_old_states()
     for fn in (self.on_trajectory, sink):
         if fn is None: continue
         try: fn(traj)
         except Exception as e: _log.warning('trajectory callback %r failed: %r', fn, e)
-    return traj
 
 # %% ../nbs/07a_collector.ipynb #3879c0ba
 @patch

@@ -10,6 +10,7 @@ from typing import Any
 
 from fastcore.basics import patch
 from .types import Trajectory, TrajectoryStatus
+from .episode import Episode, derive_seed, publish
 
 _log = logging.getLogger(__name__)
 
@@ -44,35 +45,38 @@ def run_async(coro, timeout: float | None = 300.0) -> Any:
 
 # %% ../nbs/11b_episode_driver.ipynb #3ac481d5
 class EpisodeDriver:
-    "One episode, a turn at a time: env + agent + EpisodeEncoder + a rollout engine or typed text."
+    "One `Episode`, a turn at a time: sampled by a rollout engine or typed; snapshots and Back."
     def __init__(self, tokenizer, # the tokenizer whose chat template renders the episode
                  policy: Any = None, # a `rollout.BaseRollout`; None: only typed turns
                  config: Any = None, # a `collector.CollectConfig` (budgets, sampling, seeds)
                  agent_fn: Callable[[dict], Any] | None = None, # task -> agent (`ToolAgent()`)
+                 final_reward_fn: Callable | None = None, # the collector's (task, Trajectory) -> reward
                 ):
         from tunix_agentic.collector import CollectConfig
         from tunix_agentic.agents import ToolAgent
-        self.tokenizer, self.policy = tokenizer, policy
+        from tunix_agentic.chat import chat_format
+        self.tokenizer, self.policy, self.final_reward_fn = tokenizer, policy, final_reward_fn
         self.config = config or CollectConfig()
         self.agent_fn = agent_fn or (lambda task: ToolAgent())
-        from tunix_agentic.chat import chat_format
-        self.chat_format = fmt = chat_format(tokenizer)  # end of turn and stop ids (template)
-        self.end_id = fmt.end_id
-        self.stops = set(self.config.sampling.stop_token_ids) | set(fmt.end_ids)
-        self.env = self.agent = self.enc = None
-        self.task: dict = {}
-        self.status, self.error = TrajectoryStatus.PENDING, None
-        self.status_history: list[str] = []  # every status so far (as the collector's state)
+        self.chat_format = chat_format(tokenizer)  # end of turn and stop ids (template)
+        self.ep: Episode | None = None  # the episode being stepped
+        self.env, self.task, self.seed, self.sampling_seed = None, {}, 0, None
         self.turns: list[tuple[Any, str]] = []  # (GenerateOutput, source) of every turn played
         self.history: list[Trajectory] = []  # snapshot after reset and after every turn
-        self.counts: dict[str, int] = {}
 
     @property
-    def done(self) -> bool: return self.status.is_terminal
-    def _set(self, status: TrajectoryStatus | str):
-        self.status = TrajectoryStatus(status); self.status_history.append(self.status.value)
-    @property
     def turn(self) -> int: return len(self.turns)
+    @property
+    def done(self) -> bool: return self.ep is not None and self.ep.done
+    @property
+    def status(self) -> TrajectoryStatus:
+        return self.ep.status if self.ep is not None else TrajectoryStatus.PENDING
+    @property
+    def enc(self): return self.ep.enc if self.ep is not None else None
+    @property
+    def max_turns(self) -> int: return self.ep.max_turns if self.ep is not None else 0
+    @property
+    def status_history(self) -> list[str]: return self.ep.state.history if self.ep else []
 
 # %% ../nbs/11b_episode_driver.ipynb #36610abf
 @patch
@@ -80,113 +84,46 @@ async def reset(self: EpisodeDriver, env: Any, # a `envs.BaseEnv` (fresh, or reu
                 task: dict, # the task row the env was built for
                 seed: int | None = 0, # the env seed (a GRPO group shares it)
                 sampling_seed: int | None = None, # per-turn sampling seeds derive from it
+                episode_id: str = '', # names the episode (and picks it for the prefix check)
                ) -> Trajectory:
     "Start an episode; returns the first snapshot (the prompt)."
-    from tunix_agentic.collector import derive_seed
-    from tunix_agentic.chat import EpisodeEncoder
     if self.env is not None and self.env is not env: await self.env.close()
-    self.env, self.task, self.seed, self.agent, self.enc = env, dict(task), seed, None, None
+    self.env, self.task, self.seed, self.turns, self.history = env, dict(task), seed, [], []
     self.sampling_seed = derive_seed(seed, 'stepper') if sampling_seed is None else sampling_seed
-    c = self.config
-    self.max_turns = min(c.max_turns, getattr(env, 'max_steps', c.max_turns))
-    self.turns, self.history, self.error, self.status_history = [], [], None, []
-    self._set('pending')
-    self.counts = dict(turns=0, tool_calls=0, tool_errors=0, parse_errors=0, truncated_turns=0)
-    obs, info = await env.reset(seed=seed)
-    self.agent = self.agent_fn(self.task)
-    self.agent.reset(task=self.task, tools=info.get('tools') or env.tool_schemas)
-    self.agent.update_from_env(obs, 0.0, False, info)
-    self.enc = EpisodeEncoder(self.tokenizer, tools=getattr(self.agent, 'tools', None) or None,
-                              max_seq_len=c.max_seq_len,
-                              tool_output_max_tokens=c.tool_output_max_tokens,
-                              drift_policy=c.drift_policy,
-                              chat_template_kwargs=c.chat_template_kwargs,
-                              end_of_turn=self.chat_format.end_of_turn)
-    self.enc.start(self.agent.chat_completions)
-    self._set('running')
+    self.ep = Episode(self.task, env, self.agent_fn(self.task), self.tokenizer, self.config,
+                      env_seed=seed, sampling_seed=self.sampling_seed, episode_id=episode_id,
+                      fmt=self.chat_format)
+    publish(self.ep.state, 'pending')
+    await self.ep.start()
+    if self.ep.done: await self.ep.close()  # the prompt alone fills max_seq_len
     return self._record()
 
 # %% ../nbs/11b_episode_driver.ipynb #9f81aceb
 @patch
 def snapshot(self: EpisodeDriver) -> Trajectory:
     "The episode so far as a `Trajectory` (a deep copy: later turns do not change it)."
-    if self.enc is None: return Trajectory(task=dict(self.task), status=self.status)
-    steps = copy.deepcopy(list(self.agent.trajectory.steps))
-    enc = self.enc
-    metrics = dict(self.counts, env_seed=self.seed, sampling_seed=self.sampling_seed,
-                   prompt_tokens=enc.prompt_len, response_tokens=int(sum(enc.response_mask)),
-                   total_tokens=len(enc.input_ids), tokens_left=enc.remaining())
-    return Trajectory(task=dict(self.task), steps=steps, reward=float(sum(s.reward for s in steps)),
-                      status=self.status, env_name=getattr(self.env, 'name', ''),
-                      policy_version=int(getattr(self.policy, 'policy_version', 0)),
-                      error=self.error, metrics=metrics,
-                      **copy.deepcopy(enc.to_trajectory_fields()))
+    if self.ep is None: return Trajectory(task=dict(self.task), status=TrajectoryStatus.PENDING)
+    version = int(getattr(self.policy, 'policy_version', 0))
+    if not self.ep.done: return self.ep.snapshot(policy_version=version)
+    t = copy.deepcopy(self.ep.finish(self.final_reward_fn, policy_version=version))
+    t.metrics = {k: v for k, v in t.metrics.items() if not k.startswith('time_')}
+    return t
 
 @patch
 def _record(self: EpisodeDriver) -> Trajectory:
     t = self.snapshot(); self.history.append(t); return t
 
-@patch
-async def _end(self: EpisodeDriver, status: TrajectoryStatus | str, error: str | None = None):
-    "Finish: status, the prefix check (drift), Monte Carlo returns, release the env."
-    from tunix_agentic.rewards import mc_returns
-    self._set(status); self.error = error
-    if getattr(self.config, 'prefix_check', True):
-        try: self.counts['drift'] = int(self.enc.prefix_check().count)
-        except Exception as e:
-            self._set('error'); self.error = f'prefix check failed: {type(e).__name__}: {e}'
-    steps = self.agent.trajectory.steps
-    for s, g in zip(steps, mc_returns([s.reward for s in steps], self.config.gamma)):
-        s.mc_return = g
-    try: await self.env.close()
-    except Exception as e: _log.warning('env.close failed: %r', e)
-
 # %% ../nbs/11b_episode_driver.ipynb #4eb7c1b9
 @patch
-async def _sample(self: EpisodeDriver, text: str | None, budget: int) -> tuple[Any, str]:
-    "The turn's `GenerateOutput` (sampled, or the typed text) and its source."
-    from tunix_agentic.collector import derive_seed
-    from tunix_agentic.rollout import GenerateOutput
-    c = self.config
-    if text is not None:
-        ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.end_id]
-        reason = 'stop' if len(ids) <= budget else 'length'
-        ids = ids[:budget]
-        return GenerateOutput(ids, [0.0] * len(ids), reason), 'human'
-    params = c.sampling.replace(max_new_tokens=min(c.sampling.max_new_tokens, budget),
-                                stop_token_ids=tuple(sorted(self.stops)),
-                                seed=derive_seed(self.sampling_seed, self.turn))
-    return await self.policy.agenerate(list(self.enc.input_ids), params), 'policy'
-
-# %% ../nbs/11b_episode_driver.ipynb #c644dc86
-@patch
 async def _turn(self: EpisodeDriver, text: str | None, replay: tuple | None):
-    "The body of one turn, as in the collector's episode loop."
-    budget = self.enc.remaining()
-    if budget <= 0: return await self._end('max_length')
-    out, source = replay or await self._sample(text, budget)
+    "One turn of the episode: the output (replayed, typed or sampled), then `Episode.advance`."
+    ep = self.ep
+    if ep.next_request() is None: return  # no tokens left: the episode has ended (max_length)
+    if replay is not None: out, source = replay
+    elif text is not None: out, source = ep.text_output(text), 'human'
+    else: out, source = await ep.sample(self.policy), 'policy'
     self.turns.append((out, source))
-    self.counts['turns'] = self.turn
-    if out.finish_reason == 'abort':
-        return await self._end('error', 'the rollout engine aborted the request')
-    ids = out.token_ids[:-1] if out.token_ids and out.token_ids[-1] in self.stops else out.token_ids
-    action = self.agent.update_from_model(self.tokenizer.decode(ids, skip_special_tokens=False),
-                                          finish_reason=out.finish_reason, source=source)
-    self.enc.add_assistant(out.token_ids, out.logprobs, self.agent.chat_completions[-1])
-    if out.finish_reason == 'length':
-        self.counts['truncated_turns'] += 1
-        if len(out.token_ids) >= budget or self.enc.remaining() <= 0:
-            return await self._end('max_length')
-    self.counts['parse_errors'] += len(action.parse_errors)
-    self.counts['tool_calls'] += len(action.tool_calls)
-    if action.tool_calls: self._set('tool_calling')
-    obs, reward, done, info = await self.env.step(action)
-    self.counts['tool_errors'] += int(info.get('tool_errors', 0))
-    new = self.agent.update_from_env(obs, reward, done, info)
-    if not done and self.status != TrajectoryStatus.RUNNING: self._set('running')
-    if done: await self._end(info.get('status', 'done'), info.get('error'))
-    elif self.turn >= self.max_turns: await self._end('max_turns')
-    else: await self._add_env_messages(new)
+    await ep.advance(out, source)
 
 # %% ../nbs/11b_episode_driver.ipynb #3218c411
 @patch
@@ -201,29 +138,18 @@ async def step(self: EpisodeDriver, text: str | None = None, # a typed assistant
     n, limit = self.turn, self.config.episode_timeout_s
     try:
         async with asyncio.timeout(limit): await self._turn(text, _replay)
-    except TimeoutError: await self._fail(n, 'timeout', f'the turn took longer than {limit:g} s')
+    except TimeoutError: self._fail(n, 'timeout', f'the turn took longer than {limit:g} s')
     except Exception as e:
         _log.warning('stepper turn failed: %r', e, exc_info=True)
-        await self._fail(n, 'error', f'{type(e).__name__}: {e}')
+        self._fail(n, 'error', f'{type(e).__name__}: {e}')
+    if self.done: await self.ep.close()
     return self._record()
 
 @patch
-async def _fail(self: EpisodeDriver, n: int, status: str, error: str):
+def _fail(self: EpisodeDriver, n: int, status: str, error: str):
     "End the episode after a failed turn; the turn keeps a placeholder so `back` can undo it."
     if self.turn == n: self.turns.append((None, 'failed'))
-    self.counts['turns'] = self.turn
-    try: await self._end(status, error)
-    except Exception as e: _log.warning('ending a failed episode: %r', e)
-
-@patch
-async def _add_env_messages(self: EpisodeDriver, new: list[dict]):
-    "Encode the env's answer; one that overshoots `max_seq_len` is dropped (status max_length)."
-    enc, n_ids, n_msgs = self.enc, len(self.enc.input_ids), len(self.enc.messages)
-    enc.add_messages(new)
-    if len(enc.input_ids) > self.config.max_seq_len:
-        enc.truncate(n_ids, n_msgs)
-        await self._end('max_length')
-    elif enc.remaining() <= 0: await self._end('max_length')
+    self.ep.end(status, error)
 
 # %% ../nbs/11b_episode_driver.ipynb #daff6b2f
 @patch

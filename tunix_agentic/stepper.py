@@ -126,7 +126,7 @@ def reset(self: EpisodeStepper):
     "Start an episode of the chosen env and task with the seed in the seed box."
     j = self.task_dropdown.value
     if j is None:
-        self.driver.enc, self.driver.status = None, TrajectoryStatus.PENDING
+        self.driver.ep = None  # no episode on show
         self.message.value = f'<i>no task for env {esc(self.env_dropdown.value)}</i>'
         return self._redraw()
     task = self.tasks[j]
@@ -169,7 +169,7 @@ def _redraw(self: EpisodeStepper):
     self.back_button.disabled = d.turn == 0
     if t is None or d.enc is None:
         self.state_html.value = self.chat_html.value = self.tokens_html.value = ''; return
-    left = t.metrics.get('tokens_left', 0)
+    left = d.enc.remaining()
     err = f' &middot; <span style="color:#c62828">{esc(t.error)}</span>' if t.error else ''
     path = ' &#8594; '.join(d.status_history[-6:])
     self.state_html.value = (f'<div class="ta-state">{status_badge(t.status)} turn '
