@@ -21,13 +21,12 @@ from .collector import CollectConfig, TrajectoryCollectEngine
 from .http_plumbing import (BackgroundServer, ClientPool, KEEP_ALIVE_S, check_api_key,
                                          error_response, install_error_handlers)
 
+_log = logging.getLogger(__name__)
+
 # %% auto #0
 __all__ = ['RolloutSettings', 'LatencyTool', 'load_tokenizer', 'TokenizerCache', 'Message', 'RolloutSamplingParams',
            'RolloutRequest', 'RolloutMetrics', 'RolloutResponse', 'CallbackError', 'CallbackRollout', 'RolloutServer',
            'serve']
-
-# %% ../nbs/13a_rollout_server.ipynb #13f20037
-_log = logging.getLogger(__name__)
 
 # %% ../nbs/13a_rollout_server.ipynb #ec8e2847
 _ENV = dict(server_port='ROLLOUT_SERVER_PORT', tokenizer_cache_size='TOKENIZER_CACHE_SIZE',
@@ -202,6 +201,40 @@ async def agenerate(self: CallbackRollout, prompt_ids: list[int],
     return GenerateOutput(list(ids), list(d['token_logprobs']),
                           fr if fr in ('length', 'abort') else 'stop')
 
+# %% ../nbs/13a_rollout_server.ipynb #15a4511d
+def _rollout_app(srv: RolloutServer) -> FastAPI:
+    app = FastAPI(title='tunix_agentic rollout server', docs_url=None, redoc_url=None)
+    s = srv.settings
+    install_error_handlers(app)
+    def _auth(request: Request): check_api_key(request, s.api_key)
+    @app.get('/health')
+    async def health():
+        return {'status': 'ok', 'active_rollouts': len(srv.active), 'tools': srv.manager.names,
+                'max_concurrent_rollouts': s.max_concurrent_rollouts}
+    @app.get('/tools')
+    async def tools(): return {'tools': srv.manager.schemas}
+    @app.get('/metrics')
+    async def metrics():
+        return Response(prom.generate_latest(srv.registry), media_type=prom.CONTENT_TYPE_LATEST)
+    @app.post('/rollout', dependencies=[Depends(_auth)])
+    async def rollout(req: RolloutRequest):
+        srv.tools_for(req.tools)
+        if req.rollout_id in srv.active:
+            srv.m_rejected.labels('duplicate').inc()
+            return error_response(409, f'rollout_id {req.rollout_id!r} is already running')
+        if len(srv.active) >= s.max_concurrent_rollouts:
+            srv.m_rejected.labels('concurrency').inc()
+            msg = (f'{len(srv.active)} rollouts running (max_concurrent_rollouts='
+                   f'{s.max_concurrent_rollouts}); retry later')
+            return error_response(429, msg, {'Retry-After': str(s.retry_after_s)})
+        srv.active.add(req.rollout_id); srv.m_active.set(len(srv.active))
+        try:
+            with srv.m_latency.time(): resp = await srv.run(req)
+        finally: srv.active.discard(req.rollout_id); srv.m_active.set(len(srv.active))
+        srv.m_rollouts.labels(resp.finish_reason).inc()
+        return Response(resp.model_dump_json(), media_type='application/json')
+    return app
+
 # %% ../nbs/13a_rollout_server.ipynb #db8db974
 _FINISH = {TrajectoryStatus.DONE: 'stop', TrajectoryStatus.MAX_TURNS: 'max_turns',
            TrajectoryStatus.MAX_LENGTH: 'max_tokens'}
@@ -297,40 +330,6 @@ async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
     return RolloutResponse(rollout_id=req.rollout_id, status='ERROR' if err else 'COMPLETED',
                            finish_reason=fr, final_messages=traj.messages, error_message=err,
                            metrics=metrics, reward=traj.reward, trajectory=traj.to_dict())
-
-# %% ../nbs/13a_rollout_server.ipynb #15a4511d
-def _rollout_app(srv: RolloutServer) -> FastAPI:
-    app = FastAPI(title='tunix_agentic rollout server', docs_url=None, redoc_url=None)
-    s = srv.settings
-    install_error_handlers(app)
-    def _auth(request: Request): check_api_key(request, s.api_key)
-    @app.get('/health')
-    async def health():
-        return {'status': 'ok', 'active_rollouts': len(srv.active), 'tools': srv.manager.names,
-                'max_concurrent_rollouts': s.max_concurrent_rollouts}
-    @app.get('/tools')
-    async def tools(): return {'tools': srv.manager.schemas}
-    @app.get('/metrics')
-    async def metrics():
-        return Response(prom.generate_latest(srv.registry), media_type=prom.CONTENT_TYPE_LATEST)
-    @app.post('/rollout', dependencies=[Depends(_auth)])
-    async def rollout(req: RolloutRequest):
-        srv.tools_for(req.tools)
-        if req.rollout_id in srv.active:
-            srv.m_rejected.labels('duplicate').inc()
-            return error_response(409, f'rollout_id {req.rollout_id!r} is already running')
-        if len(srv.active) >= s.max_concurrent_rollouts:
-            srv.m_rejected.labels('concurrency').inc()
-            msg = (f'{len(srv.active)} rollouts running (max_concurrent_rollouts='
-                   f'{s.max_concurrent_rollouts}); retry later')
-            return error_response(429, msg, {'Retry-After': str(s.retry_after_s)})
-        srv.active.add(req.rollout_id); srv.m_active.set(len(srv.active))
-        try:
-            with srv.m_latency.time(): resp = await srv.run(req)
-        finally: srv.active.discard(req.rollout_id); srv.m_active.set(len(srv.active))
-        srv.m_rollouts.labels(resp.finish_reason).inc()
-        return Response(resp.model_dump_json(), media_type='application/json')
-    return app
 
 # %% ../nbs/13a_rollout_server.ipynb #70dbaa71
 @patch
