@@ -87,7 +87,7 @@ def metrics(self: DumpFolder, step: int) -> dict[str, float]:
         hit = self._rows[step] = (stamp, step_metrics(self.load(step)))
     return hit[1]
 
-# %% ../nbs/11a_viewer.ipynb #4c3fbda2
+# %% ../nbs/11a_viewer.ipynb #5bc3aa0e
 def _mean(xs: Sequence[float]) -> float: return sum(xs) / len(xs) if xs else math.nan
 
 _LABEL = re.compile(r'(^|[/_])(seed|id)$')  # seeds and ids name an episode; they are not measures
@@ -111,6 +111,15 @@ def step_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     row.update({k: _mean(v) for k, v in vals.items()})
     return row
 
+# %% ../nbs/11a_viewer.ipynb #da82a51a
+def _fill_shares(rows: dict[int, dict]) -> dict[int, dict]:
+    rows = {s: dict(r) for s, r in rows.items()}
+    shares = {k for r in rows.values() for k in r if k.startswith('status/')}
+    for r in rows.values():  # a status no episode of a step ended with has share 0, not "unknown"
+        for k in shares: r.setdefault(k, 0.0)
+    return rows
+
+# %% ../nbs/11a_viewer.ipynb #cccfe4d8
 def dump_metrics(dumps: Mapping[int, Sequence[Trajectory]] | DumpFolder | str | Path, # dumps
                 ) -> dict[int, dict[str, float]]:
     "`{step: metrics row}` for a dump folder (read one step at a time) or `{step: trajectories}`."
@@ -118,13 +127,6 @@ def dump_metrics(dumps: Mapping[int, Sequence[Trajectory]] | DumpFolder | str | 
     if isinstance(dumps, DumpFolder): rows = {s: dumps.metrics(s) for s in dumps.steps}
     else: rows = {s: step_metrics(ts) for s, ts in dumps.items()}
     return _fill_shares(rows)
-
-def _fill_shares(rows: dict[int, dict]) -> dict[int, dict]:
-    rows = {s: dict(r) for s, r in rows.items()}
-    shares = {k for r in rows.values() for k in r if k.startswith('status/')}
-    for r in rows.values():  # a status no episode of a step ended with has share 0, not "unknown"
-        for k in shares: r.setdefault(k, 0.0)
-    return rows
 
 # %% ../nbs/11a_viewer.ipynb #6473e551
 _DEFAULT_KEYS = ('reward/mean', 'status/done', 'turns/mean', 'tokens/response')
