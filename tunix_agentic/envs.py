@@ -78,7 +78,7 @@ async def step(self: BaseEnv, action: Action | str) -> tuple[Observation, float,
 def _error_obs(err: str) -> Observation:
     return {'tool_outputs': [ToolOutput(name='environment', error=err)]}
 
-# %% ../nbs/04_envs.ipynb #03919c82
+# %% ../nbs/04_envs.ipynb #24f16fbd
 ENV_REGISTRY: dict[str, type[BaseEnv]] = Registry('env')
 TOOLSETS: dict[str, Callable[[], list]] = Registry('toolset')
 
@@ -94,6 +94,7 @@ def _calculator_tools():
     return calculator_tools()
 TOOLSETS['calculator'] = _calculator_tools
 
+# %% ../nbs/04_envs.ipynb #537e5be6
 def resolve_tools(tools: Any) -> list:
     "Tools from a toolset name, a list of names/tools, or a list of tools."
     if tools is None: return []
