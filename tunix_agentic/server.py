@@ -120,7 +120,7 @@ class EngineServer:
         "The recorded turns of a rollout (prompt ids, sampled ids, logprobs), forgotten here."
         return self.records.pop(rollout_id, [])
 
-# %% ../nbs/13_server.ipynb #fab2e916
+# %% ../nbs/13_server.ipynb #8daaf13a
 def template_message(m: ChatMessage) -> dict:
     "A chat-template message from an OpenAI one: text parts joined, tool arguments as objects."
     d = m.model_dump(exclude_none=True)
@@ -133,6 +133,7 @@ def template_message(m: ChatMessage) -> dict:
             except ValueError: pass
     return d
 
+# %% ../nbs/13_server.ipynb #a317ada4
 @patch
 def render(self: EngineServer, messages: list[ChatMessage], tools: list[dict] | None) -> list[int]:
     "Prompt ids of `messages` through the chat template (422 if the template refuses them)."
@@ -247,7 +248,7 @@ async def complete(self: EngineServer, req: CompletionRequest) -> dict:
             'usage': _usage(prompt, out), 'prompt_token_ids': prompt,
             'token_ids': out.token_ids, 'token_logprobs': out.logprobs}
 
-# %% ../nbs/13_server.ipynb #7a64a1aa
+# %% ../nbs/13_server.ipynb #08ec0ce9
 class GenerateRequest(BaseModel):
     "POST /generate: prompts of token ids and their SamplingParams fields."
     model_config = ConfigDict(extra='forbid')
@@ -267,6 +268,7 @@ def params_from_json(d: Any) -> SamplingParams:
 def params_to_json(p: SamplingParams) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in p.__dict__.items()}
 
+# %% ../nbs/13_server.ipynb #29d626c7
 @patch
 async def generate_batch(self: EngineServer, req: GenerateRequest) -> dict:
     "Sample every prompt of a /generate body concurrently (the engine batches them)."
