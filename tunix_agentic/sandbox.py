@@ -124,12 +124,13 @@ def _request(self: LocalSandbox, timeout: float) -> dict:
                 disk_inodes=c.disk_inodes, isolation=c.isolation, uid=c.uid, gid=c.gid,
                 want=list(_WANT) if c.isolation != 'none' else [])
 
-# %% ../nbs/01b_sandbox.ipynb #ce7103e7
+# %% ../nbs/01b_sandbox.ipynb #96557702
 def _text(head: bytes, tail: bytes, total: int) -> str:
     text = head.decode('utf-8', 'replace')
     if total > len(head) + len(tail): text += f'\n[... {total - len(head) - len(tail)} bytes cut ...]\n'
     return text + tail.decode('utf-8', 'replace')
 
+# %% ../nbs/01b_sandbox.ipynb #6d40e1c3
 def _result(d: dict, timeout: float) -> SandboxResult:
     (oh, ot, nout), (eh, et, nerr) = d['stdout'], d['stderr']
     r = SandboxResult('ok', _text(oh, ot, nout), _text(eh, et, nerr), d.get('rc'),
