@@ -159,7 +159,7 @@ def _prepare(self: EpisodeEncoder, m: dict) -> dict:
             self.metrics['tool_tokens_cut'] += n
     return m
 
-# %% ../nbs/03a_chat.ipynb #f94f4f32
+# %% ../nbs/03a_chat.ipynb #f7703303
 _SHORTCUT_CHECKS = 8  # first uses of a cached head / of delta renders compared with the full path
 _HEADS = weakref.WeakKeyDictionary()   # tokenizer -> {(template, tools, system, kwargs): _Head}
 _DELTAS = weakref.WeakKeyDictionary()  # tokenizer -> {(template, kwargs): [checks done, usable]}
@@ -178,6 +178,7 @@ def _cache(store, tokenizer) -> dict:
 
 def _key(*parts) -> str: return json.dumps(parts, sort_keys=True, default=str)
 
+# %% ../nbs/03a_chat.ipynb #c139b4cd
 @patch
 def _head(self: EpisodeEncoder, messages: list[dict]) -> _Head | None:
     "The cached text and ids the conversation starts with (up to its first non-system message)."
@@ -194,6 +195,7 @@ def _head(self: EpisodeEncoder, messages: list[dict]) -> _Head | None:
     h = cache[key]
     return h if h is not None and h.ok else None
 
+# %% ../nbs/03a_chat.ipynb #ad26c6d8
 @patch
 def _encode_rendered(self: EpisodeEncoder, text: str) -> list[int]:
     "`encode(text)` of a render of `self.messages`, reusing the ids of its head."
