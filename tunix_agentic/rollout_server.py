@@ -75,7 +75,7 @@ class LatencyTool(BaseTool):
         return await self.tool.calc_reward(instance_id, **kw)
     async def release(self, instance_id: str, **kw): await self.tool.release(instance_id, **kw)
 
-# %% ../nbs/13a_rollout_server.ipynb #2011643d
+# %% ../nbs/13a_rollout_server.ipynb #4291d8af
 def load_tokenizer(name: str, trust_remote_code: bool = True):
     "The tokenizer called `name`: `tiny` is the embedded one, anything else comes from HF."
     if name == 'tiny':
@@ -84,6 +84,7 @@ def load_tokenizer(name: str, trust_remote_code: bool = True):
     from transformers import AutoTokenizer
     return AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
 
+# %% ../nbs/13a_rollout_server.ipynb #35af4f44
 class TokenizerCache:
     "LRU cache of tokenizers; concurrent misses on one name load it once."
     def __init__(self, size: int = 5, loader: Callable[[str], Any] = load_tokenizer):
