@@ -67,7 +67,7 @@ class DumpWriter:
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
 
-# %% ../nbs/07b_dumps.ipynb #636d9520
+# %% ../nbs/07b_dumps.ipynb #3e0804e2
 def iter_dump(path: str | Path) -> Iterator[dict]:
     "Records of one dump file; a torn last line is skipped with a warning."
     path = Path(path)
@@ -87,6 +87,7 @@ def iter_dump(path: str | Path) -> Iterator[dict]:
         if not isinstance(rec, dict): raise ValueError(f'{path}: line {i + 1} is not a JSON object')
         yield rec
 
+# %% ../nbs/07b_dumps.ipynb #b3f1ecda
 def load_dump(path: str | Path, *, as_dicts: bool = False) -> list[Trajectory] | list[dict]:
     "All complete episodes of one dump file."
     recs = list(iter_dump(path))

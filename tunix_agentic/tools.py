@@ -72,7 +72,7 @@ _checker = _Base.TYPE_CHECKER.redefine_many({t: (lambda c, v, t=t: _is_type(v, t
 _Validator = jsonschema.validators.extend(_Base, {'type': _type_kw, 'enum': _enum_kw},
                                           type_checker=_checker)
 
-# %% ../nbs/01_tools.ipynb #74cb7cea
+# %% ../nbs/01_tools.ipynb #02896ff5
 _MUST = {'minimum': 'be >= {}', 'maximum': 'be <= {}', 'exclusiveMinimum': 'be > {}',
          'exclusiveMaximum': 'be < {}', 'multipleOf': 'be a multiple of {}', 'const': 'be {}',
          'minLength': 'have at least {} characters', 'maxLength': 'have at most {} characters',
@@ -85,6 +85,7 @@ def _where(path) -> str:
     if not path: return 'arguments'
     return repr(path[0]) + ''.join(f'[{p!r}]' for p in list(path)[1:])
 
+# %% ../nbs/01_tools.ipynb #86869633
 def _messages(e: jsonschema.ValidationError, top: bool) -> list[str]:
     "What one `jsonschema` error says to the model: where, what was expected, what came."
     at, v, want, kw = _where(e.absolute_path), e.instance, e.validator_value, e.validator
