@@ -69,7 +69,7 @@ def timed(collector, n: int) -> tuple[float, int]:
 
 
 def bench_a(tok, url: str, n: int, concurrency: int) -> dict:
-    env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_steps=5)
+    env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_turns=5)
     out = {}
     for c, k in ((1, max(n // 4, 10)), (concurrency, n)):
         local_s, turns = timed(TrajectoryCollectEngine(ScriptedPolicy(tok, SCRIPT), tok, env_fn,

@@ -1,9 +1,10 @@
 """TrajectoryCollectEngine end to end: golden token rules, groups, budgets, statuses, release, state, dumps."""
-import asyncio, random, re, time
+import asyncio, random, time
 
 import pytest
 
 from tunix_agentic.chat import response_spans as spans
+from tunix_agentic.ray_workers import multiply_solver
 from tunix_agentic.collector import CollectConfig, EpisodeState, TrajectoryCollectEngine, derive_seed
 from tunix_agentic.dumps import DumpWriter, load_step
 from tunix_agentic.envs import EnvGroup, EnvSpec, ToolEnvironment
@@ -85,12 +86,8 @@ def arithmetic(rng: random.Random) -> dict:
     return {'question': f'What is {a}*{b}?', 'answer': str(a * b)}
 
 
-def solver(prompt: str) -> str:
-    "A scripted policy that reads the question, calls multiply, then answers from the tool result."
-    results = re.findall(r'<tool_response>\n(.*?)\n</tool_response>', prompt)
-    if results: return f'The product is #### {results[-1]}'
-    a, b = re.findall(r'What is (\d+)\*(\d+)\?', prompt)[-1]
-    return f'<tool_call>\n{{"name": "multiply", "arguments": {{"a": {a}, "b": {b}}}}}\n</tool_call>'
+# reads the question, calls multiply, then answers from the tool result
+solver = multiply_solver
 
 
 @pytest.mark.timeout(60)

@@ -38,7 +38,7 @@ def arithmetic(rng: random.Random) -> dict:
 async def test_tool_env_multi_turn_calculator_and_release():
     CountingTool.live.clear()
     env = ToolEnvironment({'question': 'What is 12*34+17?', 'answer': '#### 425'},
-                          calculator_tools() + [CountingTool()], 'gsm8k', max_steps=5)
+                          calculator_tools() + [CountingTool()], 'gsm8k', max_turns=5)
     obs, info = await env.reset(seed=3)
     assert obs == {'question': 'What is 12*34+17?'} and info['seed'] == 3
     assert [t['function']['name'] for t in info['tools']] == ['add', 'subtract', 'multiply', 'divide', 'count']
@@ -56,7 +56,7 @@ async def test_tool_env_multi_turn_calculator_and_release():
 @pytest.mark.asyncio
 @pytest.mark.timeout(30)
 async def test_step_never_raises():
-    env = ToolEnvironment({'question': 'q', 'answer': '1'}, calculator_tools(), 'gsm8k', max_steps=3)
+    env = ToolEnvironment({'question': 'q', 'answer': '1'}, calculator_tools(), 'gsm8k', max_turns=3)
     await env.reset(seed=0)
     obs, r, done, info = await env.step(Action(tool_calls=[ToolCall('divide', {'a': 1, 'b': 0})]))
     assert not done and info['tool_errors'] == 1 and obs['tool_outputs'][0].error
@@ -94,7 +94,7 @@ def test_env_group_routing_and_errors():
     g = EnvGroup({'calc': EnvSpec(env='tool', tools='calculator', reward_fn='gsm8k', max_turns=6),
                   'qa': EnvSpec(env='single_turn', reward_fn='exact_match', max_turns=1)})
     e = g.make({'task_type': 'calc', 'question': 'q', 'answer': '1'})
-    assert isinstance(e, ToolEnvironment) and e.max_steps == 6 and e.name == 'calc'
+    assert isinstance(e, ToolEnvironment) and e.max_turns == 6 and e.name == 'calc'
     assert isinstance(g.make({'task_type': 'qa', 'question': 'q', 'answer': 'a'}), SingleTurnEnv)
     with pytest.raises(KeyError, match=r"unknown task_type 'web'; known task types: \['calc', 'qa'\]"):
         g.make({'task_type': 'web'})
@@ -105,8 +105,8 @@ def test_env_group_routing_and_errors():
     with pytest.raises(KeyError, match='known toolsets'):
         EnvGroup({'x': {'tools': 'nope'}}).make({'question': 'q'})
     env = BaseEnv.from_dict({'env': 'tool', 'tools': 'calculator', 'reward_fn': {'gsm8k': 1, 'format': 0.1},
-                             'max_steps': 2, 'task': {'question': 'q', 'answer': '2'}})
-    assert env.max_steps == 2 and len(env.tool_schemas) == 4 and 'calculator' in TOOLSETS
+                             'max_turns': 2, 'task': {'question': 'q', 'answer': '2'}})
+    assert env.max_turns == 2 and len(env.tool_schemas) == 4 and 'calculator' in TOOLSETS
 
 
 @pytest.mark.asyncio
@@ -115,7 +115,7 @@ async def test_tools_kwargs_reach_stateful_tools():
     from tunix_agentic.builtin_tools import Gsm8kTool
     env = ToolEnvironment({'question': 'q', 'answer': '#### 7',
                            'tools_kwargs': {'calc_gsm8k_reward': {'create_kwargs': {'ground_truth': '7'}}}},
-                          [Gsm8kTool()], reward_fn=None, max_steps=3)
+                          [Gsm8kTool()], reward_fn=None, max_turns=3)
     await env.reset(seed=0)
     name = env.tool_schemas[0]['function']['name']
     obs, r, done, info = await env.step(Action(tool_calls=[ToolCall(name, {'answer': '7'})]))

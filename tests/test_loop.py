@@ -28,7 +28,7 @@ class SlowScripted(ScriptedPolicy):
 
 def _loop(mode, out, **kw):
     pol = SlowScripted(TOK, SCRIPT)
-    env_fn = lambda t: ToolEnvironment(t, tools='calculator', reward_fn='gsm8k', max_steps=4)
+    env_fn = lambda t: ToolEnvironment(t, tools='calculator', reward_fn='gsm8k', max_turns=4)
     coll = TrajectoryCollectEngine(pol, TOK, env_fn, config=CollectConfig.tiny(group_size=2))
     tr = Trainer(Qwen2(MCFG, rngs=nnx.Rngs(0)), TrainerConfig.tiny(buckets=(1024,)))
     return OnlineLoop(tr, coll, TASKS, LoopConfig.tiny(mode=mode, output_dir=str(out), **kw))

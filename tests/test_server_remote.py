@@ -75,7 +75,7 @@ def tasks(n):
 @pytest.mark.timeout(120)
 def test_remote_collection_is_identical_to_local(tok, rollout_server):
     cfg = CollectConfig(max_turns=4, group_size=2)
-    env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_steps=4)
+    env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_turns=4)
     local = TrajectoryCollectEngine(VariedPolicy(tok, SCRIPT), tok, env_fn, config=cfg)
     local = local.run(tasks(8))
     col = RemoteCollector(VariedPolicy(tok, SCRIPT), tok, rollout_server, config=cfg)

@@ -475,7 +475,7 @@ def test_stepper_timeout_and_engine_error_end_the_episode_and_back_undoes_them()
 def test_stepper_with_env_factories_and_two_policies():
     from tunix_agentic.envs import ToolEnvironment
     envs = {'calc3': lambda task: ToolEnvironment(task, tools=calculator_tools(), reward_fn='gsm8k',
-                                                  max_steps=3)}
+                                                  max_turns=3)}
     wrong = ScriptedPolicy(TOK, ['#### 1'])
     s = EpisodeStepper(envs, [TASK], TOK, config=CollectConfig.tiny(group_size=1),
                        policies={'oracle': ScriptedPolicy(TOK, SCRIPT), 'wrong': wrong})

@@ -115,7 +115,7 @@ SYSTEM_PROMPT = 'You are a helpful assistant. Solve the problem with the tools, 
 
 def calc_env(task: dict, max_turns: int = 4) -> ToolEnvironment:
     "The environment of one problem: add, subtract, multiply and divide; reward 1 for the answer."
-    return ToolEnvironment(task, tools=calculator_tools(), reward_fn='gsm8k', max_steps=max_turns)
+    return ToolEnvironment(task, tools=calculator_tools(), reward_fn='gsm8k', max_turns=max_turns)
 
 def calc_agent(task: dict | None = None) -> ToolAgent:
     "A `ToolAgent` with the system prompt above and the Qwen/Hermes tool-call parser."

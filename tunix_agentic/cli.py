@@ -43,7 +43,7 @@ def scripted_calculator_episode(a: int = 123, b: int = 456, c: int = 789):
     call = lambda name, x, y: f'<tool_call>\n{{"name": "{name}", "arguments": {{"a": {x}, "b": {y}}}}}\n</tool_call>'
     policy = ScriptedPolicy(tok, [call('multiply', a, b), call('add', a * b, c), f'The answer is {a * b + c}.'])
     task = {'question': f'What is {a} * {b} + {c}?', 'answer': f'#### {a * b + c}'}
-    env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_steps=4)
+    env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_turns=4)
     engine = TrajectoryCollectEngine(policy, tok, env_fn, config=CollectConfig(max_turns=4, group_size=1))
     return engine.run([task])[0], tok
 

@@ -31,9 +31,9 @@ class BaseEnv(ABC):
     "An environment: async `reset(seed)` and `step(action)`; `step` never raises."
     name: str = 'base'
     def __init__(self, task: dict | Callable[[random.Random], dict] | None = None, *,
-                 max_steps: int = 1): # most agent turns per episode
-        if max_steps < 1: raise ValueError(f'max_steps must be >= 1, got {max_steps}')
-        self.task_source, self.max_steps = task, max_steps
+                 max_turns: int = 1): # most agent turns per episode
+        if max_turns < 1: raise ValueError(f'max_turns must be >= 1, got {max_turns}')
+        self.task_source, self.max_turns = task, max_turns
         self.task: dict = task if isinstance(task, dict) else {}
         self.seed, self.rng, self.step_count, self.done = None, random.Random(), 0, False
 
@@ -124,8 +124,8 @@ class ToolEnvironment(BaseEnv):
     def __init__(self, task: dict | Callable[[random.Random], dict] | None = None,
                  tools: Any = None, # ToolManager, list of tools, or toolset name
                  reward_fn: Any = 'gsm8k', # registered name, callable, {name: weight}, or None
-                 max_steps: int = 8):
-        super().__init__(task, max_steps=max_steps)
+                 max_turns: int = 8):
+        super().__init__(task, max_turns=max_turns)
         self.manager = _as_manager(tools if tools is not None else [])
         self.reward_fn = None if reward_fn is None else get_reward_fn(reward_fn)
         self.session = None
@@ -153,7 +153,7 @@ class ToolEnvironment(BaseEnv):
         outputs = list(outputs) + [
             ToolOutput(name='parser', error=f'could not parse the tool call: {e}')
             for e in action.parse_errors]
-        if self.step_count >= self.max_steps:
+        if self.step_count >= self.max_turns:
             return {'tool_outputs': outputs}, reward, True, {**info, 'status': 'max_turns'}
         return {'tool_outputs': outputs}, reward, False, info
 
@@ -185,8 +185,8 @@ async def _final_reward(self: BaseEnv, action: Action) -> tuple[float, dict]:
 class SingleTurnEnv(BaseEnv):
     "One question, one answer, one reward."
     def __init__(self, task: dict | Callable[[random.Random], dict] | None = None,
-                 reward_fn: Any = 'exact_match', max_steps: int = 1):
-        super().__init__(task, max_steps=1)
+                 reward_fn: Any = 'exact_match', max_turns: int = 1):
+        super().__init__(task, max_turns=1)
         self.reward_fn = None if reward_fn is None else get_reward_fn(reward_fn)
     async def _reset(self) -> tuple[Observation, dict]: return _task_obs(self.task), {}
     async def _step(self, action: Action) -> tuple[Observation, float, bool, dict]:
@@ -240,7 +240,7 @@ def make(self: EnvGroup, row: dict) -> BaseEnv:
     t = self.task_type(row)
     spec = self.specs[t]
     cls = spec.env if isinstance(spec.env, type) else ENV_REGISTRY[spec.env]
-    kw = dict(task=row, max_steps=spec.max_turns, **spec.kwargs)
+    kw = dict(task=row, max_turns=spec.max_turns, **spec.kwargs)
     if 'reward_fn' in inspect.signature(cls).parameters: kw['reward_fn'] = spec.reward_fn
     if 'tools' in inspect.signature(cls).parameters:
         if t not in self._managers:

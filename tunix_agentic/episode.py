@@ -87,7 +87,7 @@ class Episode:
         self.episode_id, self.group_id, self.on_state = episode_id, group_id, on_state
         self.fmt = fmt or chat_format(tokenizer)
         self.stops = tuple(sorted(set(config.sampling.stop_token_ids) | set(self.fmt.end_ids)))
-        self.max_turns = min(config.max_turns, getattr(env, 'max_steps', config.max_turns))
+        self.max_turns = min(config.max_turns, getattr(env, 'max_turns', config.max_turns))
         self.state = state or EpisodeState(episode_id, group_id)
         self.state.env_name = getattr(env, 'name', '')
         self.enc: EpisodeEncoder | None = None

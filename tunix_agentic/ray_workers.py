@@ -80,7 +80,7 @@ def scripted_calculator(group_size: int = 2, *, tool_ms: float = 0.0, # each too
         return a * b
     tok = build_tiny_tokenizer()
     tools = ToolManager([multiply], rate_limiter=rate_limiter)
-    env_fn = lambda t: ToolEnvironment(t, tools=tools, reward_fn='gsm8k', max_steps=4)
+    env_fn = lambda t: ToolEnvironment(t, tools=tools, reward_fn='gsm8k', max_turns=4)
     cfg = CollectConfig.tiny(group_size=group_size, max_concurrency=max_concurrency)
     if engine_url is None: engine = ScriptedPolicy(tok, multiply_solver, logprob=logprob)
     else:

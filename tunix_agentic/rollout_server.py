@@ -314,7 +314,7 @@ async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
                         sampling=SamplingParams(temperature=sp.temperature, top_p=sp.top_p,
                                                 top_k=sp.top_k, max_new_tokens=sp.max_tokens,
                                                 stop_token_ids=tuple(sp.stop_token_ids)))
-    env_fn = lambda t: ToolEnvironment(t, tools=manager, reward_fn=scored, max_steps=req.max_turns)
+    env_fn = lambda t: ToolEnvironment(t, tools=manager, reward_fn=scored, max_turns=req.max_turns)
     try:
         col = TrajectoryCollectEngine(cb, tok, env_fn, agent_fn=lambda t: agent, config=cfg)
         seeds = {k: int(md[k]) for k in ('env_seed', 'sampling_seed') if isinstance(md.get(k), int)}
