@@ -6,6 +6,7 @@ from tunix_agentic.losses import aggregate, get_advantage_fn
 from tunix_agentic.parsers import get_tool_parser
 from tunix_agentic.registry import UnknownName
 from tunix_agentic.rewards import get_reward_fn
+from tunix_agentic.trainer import LOSS_FNS
 
 
 @pytest.mark.parametrize('what,lookup', [
@@ -15,6 +16,7 @@ from tunix_agentic.rewards import get_reward_fn
     ('reward', lambda: get_reward_fn('nope')),
     ('advantage estimator', lambda: get_advantage_fn('nope')),
     ('aggregation', lambda: aggregate(None, None, 'nope')),
+    ('loss function', lambda: LOSS_FNS['nope']),
 ])
 def test_unknown_names_fail_alike(what, lookup):
     with pytest.raises(UnknownName, match=rf"^unknown {what} 'nope'; known {what}s: \['") as e:

@@ -9,7 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 import numpy as np
 import jax, jax.numpy as jnp
 import optax
@@ -23,6 +23,7 @@ from .sharding import ShardingConfig, shard_tree, shard_batch
 from .models import KVCache
 from .sampler import common_prefix_len
 log = logging.getLogger(__name__)
+from .registry import Registry
 
 # %% auto #0
 __all__ = ['log', 'LOSS_FNS', 'trajectory_advantages', 'bucket_length', 'shared_prefix_len', 'make_batch', 'TrainerConfig',
@@ -164,7 +165,7 @@ def grpo_loss(params, graphdef, rest, batch, cfg: TrainerConfig, ref_params=None
     m['tokens'] = mask.sum()
     return loss, m
 
-LOSS_FNS = {'sft': sft_loss, 'grpo': grpo_loss}
+LOSS_FNS: dict[str, Callable] = Registry('loss function', {'sft': sft_loss, 'grpo': grpo_loss})
 
 # %% ../nbs/10b_trainer.ipynb #d49de772
 @partial(jax.jit, static_argnames=('graphdef', 'tx', 'kind', 'cfg'))
@@ -242,7 +243,7 @@ def _device_batch(self: Trainer, batch: dict, keys: Sequence[str]) -> dict:
 @patch
 def update(self: Trainer, batch: dict, kind: str = 'grpo') -> dict[str, float]:
     "One optimizer step of `kind` ('sft' or 'grpo') on a batch dict; returns float metrics."
-    if kind not in LOSS_FNS: raise ValueError(f'kind={kind!r}; expected one of {sorted(LOSS_FNS)}')
+    LOSS_FNS[kind]  # an unknown kind fails naming the known ones
     if batch['tokens'].shape[0] % self.cfg.micro_batches:
         raise ValueError(f"batch of {batch['tokens'].shape[0]} rows does not split into "
                          f'{self.cfg.micro_batches} micro-batches')
