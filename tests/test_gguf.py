@@ -95,3 +95,22 @@ def test_logits_and_greedy_match_llama_cpp(path, tok, llama):
         assert ours.argmax() == ref.argmax()
         assert dlp < 1.5 and corr > 0.995
         assert agree >= 4
+
+
+@pytest.mark.slow
+def test_tolerance_separates_plausible_bugs(path, tok, llama):
+    "The tolerance above is tight enough: a wrong rope base, window, norm offset or score scale fails it."
+    import jax.numpy as jnp
+    from tunix_agentic.gemma3 import from_state_dict
+    from tunix_agentic.gguf_io import gemma3_config, gguf_state_dict
+    r = gguf.GGUFReader(str(path))
+    cfg, sd = gemma3_config(gguf_metadata(r)), gguf_state_dict(r)
+    ids = tok.apply_chat_template(CHATS[1], add_generation_prompt=True)
+    llama.reset(); llama.eval(ids)
+    ref = np.asarray(llama.scores[:len(ids)], np.float64)
+    plus1 = {k: v + 1 if k.endswith('norm.weight') else v for k, v in sd.items()}
+    for c, d in [(cfg.replace(rope_local_theta=1e6), sd), (cfg.replace(sliding_window=16), sd),
+                 (cfg, plus1), (cfg.replace(query_pre_attn_scalar=640.0), sd)]:
+        o = np.asarray(from_state_dict(c, d)(jnp.asarray([ids]))[0], np.float64)
+        # measured: last-position max|dlogit| 12-48 (0.57 for the right model), corr <= 0.984
+        assert np.abs(o[-1] - ref[-1]).max() > 5 and np.corrcoef(o.ravel(), ref.ravel())[0, 1] < 0.995
