@@ -17,9 +17,9 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 logging_level = os.environ.get('BENCH_LOG', 'ERROR')
 import logging; logging.basicConfig(level=logging_level)
 
-from tunix_agentic.collector import CollectConfig, TrajectoryCollectEngine
+from tunix_agentic.collector import CollectConfig, TrajectoryCollector
 from tunix_agentic.envs import EnvGroup, EnvSpec
-from tunix_agentic.rollout import ScriptedPolicy, SamplingParams
+from tunix_agentic.rollout import ScriptedEngine, SamplingParams
 from tunix_agentic.tokenizer import build_tiny_tokenizer
 from tunix_agentic.tools import FunctionTool
 from tunix_agentic.builtin_tools import calculator_tools
@@ -30,8 +30,8 @@ SCRIPT = ['<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n<
           '12*34 = 408 and 408 + 17 = 425. #### 425']
 
 
-class TimedPolicy(ScriptedPolicy):
-    "ScriptedPolicy that records the time spent inside its batch calls (the 'model' time)."
+class TimedEngine(ScriptedEngine):
+    "ScriptedEngine that records the time spent inside its batch calls (the 'model' time)."
     busy_s = busy_cpu_s = 0.0
     def generate(self, prompts, params):
         t, c = time.perf_counter(), time.thread_time()
@@ -42,27 +42,27 @@ class TimedPolicy(ScriptedPolicy):
 
 
 def bench_a(tok, n: int, concurrency: int, prefix_check: bool = True) -> dict:
-    policy = TimedPolicy(tok, SCRIPT)
+    engine = TimedEngine(tok, SCRIPT)
     envs = EnvGroup({'calc': EnvSpec(env='tool', tools=calculator_tools(), reward_fn='gsm8k',
                                      max_turns=5)})
     cfg = CollectConfig(max_concurrency=concurrency, max_seq_len=4096, episode_timeout_s=600,
                         sampling=SamplingParams(max_new_tokens=128), prefix_check=prefix_check)
     task = {'task_type': 'calc', 'question': 'What is 12*34+17?', 'answer': '#### 425'}
-    TrajectoryCollectEngine(policy, tok, envs, config=cfg).run([task] * 8)  # warm up (templates)
-    policy.busy_s = policy.busy_cpu_s = 0.0; policy.batcher.batch_sizes.clear()
-    eng = TrajectoryCollectEngine(policy, tok, envs, config=cfg)
+    TrajectoryCollector(engine, tok, envs, config=cfg).run([task] * 8)  # warm up (templates)
+    engine.busy_s = engine.busy_cpu_s = 0.0; engine.batcher.batch_sizes.clear()
+    coll = TrajectoryCollector(engine, tok, envs, config=cfg)
     t0, c0 = time.perf_counter(), time.process_time()
-    trajs = eng.run([task] * n)
+    trajs = coll.run([task] * n)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     ok = all(t.status == TrajectoryStatus.DONE and t.reward == 1.0 for t in trajs)
     assert ok, 'bench (a): some episodes failed'
     turns = sum(t.metrics['turns'] for t in trajs)
-    sizes = policy.batcher.batch_sizes
+    sizes = engine.batcher.batch_sizes
     return dict(episodes=n, turns=turns, wall_s=wall, eps_per_s=n / wall, turns_per_s=turns / wall,
-                model_busy_s=policy.busy_s, cpu_s=cpu, wall_ms_per_turn=1e3 * wall / turns,
-                engine_ms_per_turn=1e3 * policy.busy_s / turns,
-                framework_ms_per_turn=1e3 * (wall - policy.busy_s) / turns,
-                framework_cpu_ms_per_turn=1e3 * (cpu - policy.busy_cpu_s) / turns,
+                model_busy_s=engine.busy_s, cpu_s=cpu, wall_ms_per_turn=1e3 * wall / turns,
+                engine_ms_per_turn=1e3 * engine.busy_s / turns,
+                framework_ms_per_turn=1e3 * (wall - engine.busy_s) / turns,
+                framework_cpu_ms_per_turn=1e3 * (cpu - engine.busy_cpu_s) / turns,
                 mean_batch=statistics.mean(sizes), batches=len(sizes))
 
 
@@ -79,21 +79,21 @@ def bench_b(tok, n: int, concurrency: int, seed: int = 0) -> dict:
         k = prompt.count('<tool_response>')
         if k >= 2: return 'Done. #### 0'
         return f'<tool_call>\n{{"name": "nap", "arguments": {{"ms": {plan[k]}}}}}\n</tool_call>'
-    policy = TimedPolicy(tok, respond)
+    engine = TimedEngine(tok, respond)
     envs = EnvGroup({'nap': EnvSpec(env='tool', tools=[FunctionTool.from_function(nap)],
                                     reward_fn='gsm8k', max_turns=5)})
     cfg = CollectConfig(max_concurrency=concurrency, max_seq_len=4096, episode_timeout_s=600)
     tasks = [{'question': f'Nap {a} then {b}.', 'answer': '0'} for a, b in sleeps]
-    eng = TrajectoryCollectEngine(policy, tok, envs, config=cfg)
+    coll = TrajectoryCollector(engine, tok, envs, config=cfg)
     t0, c0 = time.perf_counter(), time.process_time()
-    trajs = eng.run(tasks)
+    trajs = coll.run(tasks)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     bad = [t for t in trajs if t.status != TrajectoryStatus.DONE or t.metrics['tool_calls'] != 2]
     assert not bad, f'bench (b): {len(bad)} episodes failed, e.g. {bad[0].status} {bad[0].error}'
     crit = max(a + b for a, b in sleeps) / 1000  # the slowest episode's tool time (model instant)
     total = sum(a + b for a, b in sleeps) / 1000
     return dict(episodes=n, wall_s=wall, critical_path_s=crit, ratio=wall / crit,
-                sequential_s=total, parallelism=total / wall, model_busy_s=policy.busy_s, cpu_s=cpu,
+                sequential_s=total, parallelism=total / wall, model_busy_s=engine.busy_s, cpu_s=cpu,
                 ratio_vs_cpu_bound=wall / max(crit, cpu))
 
 

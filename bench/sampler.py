@@ -17,7 +17,7 @@ from flax import nnx
 from tunix_agentic.default_model import default_model_dir, load_default
 from tunix_agentic.models import KVCache
 from tunix_agentic.rollout import SamplingParams
-from tunix_agentic.sampler import JaxSampler, SamplerConfig
+from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
 
 
 def timed(fn, reps):
@@ -45,7 +45,7 @@ def main():
     n_tok = a.batch * a.new
 
     # 1. vanilla sampler, end to end (prefill + decode loop, host in/out)
-    vs = JaxSampler(model, config=SamplerConfig(max_batch=a.batch, min_batch_bucket=a.batch,
+    vs = JaxEngine(model, config=JaxEngineConfig(max_batch=a.batch, min_batch_bucket=a.batch,
                                                 min_gen_bucket=a.new))
     out_v = vs.generate(prompts, sp)
     assert all(len(o.token_ids) == a.new for o in out_v)
@@ -73,8 +73,8 @@ def main():
     t_bare = timed(bare, a.reps)
 
     # 3. sglang-jax on the same checkpoint
-    from tunix_agentic.sglang_engine import SglangConfig, SglangJaxRollout
-    sg = SglangJaxRollout(default_model_dir(), SglangConfig.cpu(timeout_s=600))
+    from tunix_agentic.sglang_engine import SglangConfig, SglangJaxEngine
+    sg = SglangJaxEngine(default_model_dir(), SglangConfig.cpu(timeout_s=600))
     out_s = sg.generate(prompts, sp)
     same = sum(o.token_ids == p.token_ids for o, p in zip(out_s, out_v))
     t_sg = timed(lambda: sg.generate(prompts, sp), a.reps)
@@ -88,7 +88,7 @@ def main():
           f'vocab {cfg.vocab_size}), batch {a.batch}, {a.new} new tokens, greedy, f32, '
           f'median of {a.reps} after warm-up, JAX {jax.__version__} on {jax.devices()[0].platform}')
     print(f'{"engine":<28}{"seconds":>10}{"tokens/s":>12}')
-    print(f'{"vanilla JaxSampler":<28}{t_van:>10.3f}{van_tps:>12.0f}')
+    print(f'{"vanilla JaxEngine":<28}{t_van:>10.3f}{van_tps:>12.0f}')
     print(f'{"sglang-jax Engine":<28}{t_sg:>10.3f}{sg_tps:>12.0f}')
     print(f'{"vanilla, T=1 sampling":<28}{t_van_hot:>10.3f}{n_tok / t_van_hot:>12.0f}')
     print(f'{"sglang-jax, T=1 sampling":<28}{t_sg_hot:>10.3f}{n_tok / t_sg_hot:>12.0f}')

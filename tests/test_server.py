@@ -1,5 +1,5 @@
 """EngineServer over real loopback HTTP: the official openai client, token ids and logprobs,
-concurrent requests sharing batches, HttpRollout under the collector, and clear errors instead of
+concurrent requests sharing batches, HttpEngine under the collector, and clear errors instead of
 hangs."""
 import asyncio, json, socket, time
 
@@ -7,10 +7,10 @@ import httpx
 import openai
 import pytest
 
-from tunix_agentic.collector import CollectConfig, TrajectoryCollectEngine
+from tunix_agentic.collector import CollectConfig, TrajectoryCollector
 from tunix_agentic.envs import ToolEnvironment
-from tunix_agentic.rollout import BaseRollout, SamplingParams, ScriptedPolicy
-from tunix_agentic.server import EngineHTTPError, EngineServer, HttpRollout
+from tunix_agentic.rollout import BaseEngine, SamplingParams, ScriptedEngine
+from tunix_agentic.server import EngineHTTPError, EngineServer, HttpEngine
 from tunix_agentic.tokenizer import build_tiny_tokenizer
 from tunix_agentic.builtin_tools import calculator_tools
 
@@ -26,7 +26,7 @@ def call(name, a, b):
 def _script(): return [call('multiply', 12, 34), call('add', 408, 5), 'The answer is 413.']
 
 
-class SlowPolicy(ScriptedPolicy):
+class SlowEngine(ScriptedEngine):
     "A scripted policy whose batches take a while, so concurrent requests queue up behind one."
     def generate(self, prompts, params):
         time.sleep(0.2)
@@ -36,7 +36,7 @@ class SlowPolicy(ScriptedPolicy):
 @pytest.mark.timeout(60)
 def test_openai_client_chat_with_tools_gets_calls_ids_and_logprobs(tok):
     tools = [t.schema for t in calculator_tools()]
-    with EngineServer(ScriptedPolicy(tok, _script(), logprob=-0.25), tok, api_key='sk-1') as srv:
+    with EngineServer(ScriptedEngine(tok, _script(), logprob=-0.25), tok, api_key='sk-1') as srv:
         client = openai.OpenAI(base_url=srv.url + '/v1', api_key='sk-1', max_retries=0)
         msgs = [{'role': 'user', 'content': 'What is 12*34+5?'}]
         r = client.chat.completions.create(model='tunix-agentic', messages=msgs, tools=tools,
@@ -69,20 +69,20 @@ def test_openai_client_chat_with_tools_gets_calls_ids_and_logprobs(tok):
 
 @pytest.mark.timeout(60)
 def test_concurrent_requests_share_batches(tok):
-    policy = SlowPolicy(tok, ['hello'])
-    with EngineServer(policy, tok) as srv:
+    engine = SlowEngine(tok, ['hello'])
+    with EngineServer(engine, tok) as srv:
         client = openai.AsyncOpenAI(base_url=srv.url + '/v1', api_key='x', max_retries=0)
         async def many():
             return await asyncio.gather(*[client.chat.completions.create(
                 model='m', messages=[{'role': 'user', 'content': f'q{i}'}]) for i in range(16)])
         outs = asyncio.run(many())
     assert [o.choices[0].message.content for o in outs] == ['hello'] * 16
-    assert sum(policy.batcher.batch_sizes) == 16 and max(policy.batcher.batch_sizes) > 1
+    assert sum(engine.batcher.batch_sizes) == 16 and max(engine.batcher.batch_sizes) > 1
 
 
 @pytest.mark.timeout(60)
 def test_bad_requests_are_422_naming_the_field(tok):
-    with EngineServer(ScriptedPolicy(tok, ['hi']), tok) as srv:
+    with EngineServer(ScriptedEngine(tok, ['hi']), tok) as srv:
         post = lambda path, body: httpx.post(srv.url + path, json=body, timeout=10)
         cases = {'messages.0.role': {'messages': [{'role': 'robot', 'content': 'x'}]},
                  'n': {'messages': [{'role': 'user', 'content': 'x'}], 'n': 2},
@@ -104,15 +104,15 @@ def test_bad_requests_are_422_naming_the_field(tok):
 def _collect(engine, tok, n_tasks=8):
     env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_turns=4)
     cfg = CollectConfig(max_turns=4, group_size=2)
-    col = TrajectoryCollectEngine(engine, tok, env_fn, config=cfg)
+    col = TrajectoryCollector(engine, tok, env_fn, config=cfg)
     return col.run([{'question': f'12*34+5? ({i})', 'answer': '#### 413'} for i in range(n_tasks)])
 
 
 @pytest.mark.timeout(120)
 def test_collector_through_http_rollout_matches_direct(tok):
-    direct = _collect(ScriptedPolicy(tok, _script()), tok)
-    with EngineServer(ScriptedPolicy(tok, _script()), tok) as srv:
-        remote = _collect(HttpRollout(srv.url), tok)
+    direct = _collect(ScriptedEngine(tok, _script()), tok)
+    with EngineServer(ScriptedEngine(tok, _script()), tok) as srv:
+        remote = _collect(HttpEngine(srv.url), tok)
     assert len(remote) == len(direct) == 16
     key = lambda t: t.task['question']
     for r, d in zip(sorted(remote, key=key), sorted(direct, key=key)):
@@ -121,11 +121,11 @@ def test_collector_through_http_rollout_matches_direct(tok):
     assert all(t.reward == 1.0 for t in remote)
 
 
-class Failing(BaseRollout):
+class Failing(BaseEngine):
     def generate(self, prompts, params): raise RuntimeError('device on fire')
 
 
-class Slow(BaseRollout):
+class Slow(BaseEngine):
     def generate(self, prompts, params):
         time.sleep(3); return []
 
@@ -133,7 +133,7 @@ class Slow(BaseRollout):
 @pytest.mark.timeout(30)
 def test_engine_failure_is_a_clear_error_and_server_keeps_serving(tok):
     with EngineServer(Failing(), tok) as srv:
-        c = HttpRollout(srv.url)
+        c = HttpEngine(srv.url)
         for _ in range(2):
             with pytest.raises(EngineHTTPError, match='500: engine failed: RuntimeError: dev'):
                 c.generate([[1, 2]], [SamplingParams()])
@@ -143,7 +143,7 @@ def test_engine_failure_is_a_clear_error_and_server_keeps_serving(tok):
 @pytest.mark.timeout(30)
 def test_timeout_becomes_an_error_not_a_hang(tok):
     with EngineServer(Slow(), tok) as srv:
-        c = HttpRollout(srv.url, timeout_s=0.5, retries=0)
+        c = HttpEngine(srv.url, timeout_s=0.5, retries=0)
         t0 = time.monotonic()
         with pytest.raises(EngineHTTPError, match='failed after 1 tries'):
             c.generate([[1]], [SamplingParams()])
@@ -153,7 +153,7 @@ def test_timeout_becomes_an_error_not_a_hang(tok):
 @pytest.mark.timeout(30)
 def test_unreachable_server_retries_then_fails():
     s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()
-    c = HttpRollout(f'http://127.0.0.1:{port}', retries=2, backoff_s=0.01)
+    c = HttpEngine(f'http://127.0.0.1:{port}', retries=2, backoff_s=0.01)
     with pytest.raises(EngineHTTPError, match='failed after 3 tries'):
         c.generate([[1]], [SamplingParams()])
     with pytest.raises(NotImplementedError, match='push weights'):
@@ -164,10 +164,10 @@ def test_unreachable_server_retries_then_fails():
 def test_jax_sampler_behind_the_server_matches_direct_sampling(tok):
     from flax import nnx
     from tunix_agentic.models import ModelConfig, Qwen2
-    from tunix_agentic.sampler import JaxSampler, SamplerConfig
+    from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
     mcfg = ModelConfig.tiny(vocab_size=len(tok), num_layers=1, hidden_size=32, intermediate_size=64,
                             head_dim=16)
-    engine = JaxSampler(Qwen2(mcfg, rngs=nnx.Rngs(0)), config=SamplerConfig(max_batch=4))
+    engine = JaxEngine(Qwen2(mcfg, rngs=nnx.Rngs(0)), config=JaxEngineConfig(max_batch=4))
     qs = [[{'role': 'user', 'content': f'What is {i} + {i}?'}] for i in range(4)]
     with EngineServer(engine, tok) as srv:
         client = openai.AsyncOpenAI(base_url=srv.url + '/v1', api_key='x', max_retries=0)

@@ -7,10 +7,10 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tunix_agentic.collector import CollectConfig, TrajectoryCollectEngine
+from tunix_agentic.collector import CollectConfig, TrajectoryCollector
 from tunix_agentic.envs import ToolEnvironment
 from tunix_agentic.remote import RemoteCollector
-from tunix_agentic.rollout import GenerateOutput, ScriptedPolicy
+from tunix_agentic.rollout import GenerateOutput, ScriptedEngine
 from tunix_agentic.rollout_server import RolloutRequest, RolloutServer, RolloutSettings
 from tunix_agentic.server import EngineServer
 from tunix_agentic.tokenizer import build_tiny_tokenizer
@@ -27,7 +27,7 @@ def call(name, a, b):
 SCRIPT = [call('multiply', 12, 34), call('add', 408, 5), 'The answer is 413. #### 413']
 
 
-class VariedPolicy(ScriptedPolicy):
+class VariedEngine(ScriptedEngine):
     "Scripted, with logprobs that differ per token, so a logprob mix-up would show."
     def sample_one(self, prompt_ids, params):
         o = super().sample_one(prompt_ids, params)
@@ -76,9 +76,9 @@ def tasks(n):
 def test_remote_collection_is_identical_to_local(tok, rollout_server):
     cfg = CollectConfig(max_turns=4, group_size=2)
     env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_turns=4)
-    local = TrajectoryCollectEngine(VariedPolicy(tok, SCRIPT), tok, env_fn, config=cfg)
+    local = TrajectoryCollector(VariedEngine(tok, SCRIPT), tok, env_fn, config=cfg)
     local = local.run(tasks(8))
-    col = RemoteCollector(VariedPolicy(tok, SCRIPT), tok, rollout_server, config=cfg)
+    col = RemoteCollector(VariedEngine(tok, SCRIPT), tok, rollout_server, config=cfg)
     try: remote = col.run(tasks(8))
     finally: col.close()
     assert len(remote) == len(local) == 16
@@ -95,9 +95,9 @@ def test_remote_collection_is_identical_to_local(tok, rollout_server):
 ENGINE = '''
 import sys, time
 from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.rollout import ScriptedPolicy
+from tunix_agentic.rollout import ScriptedEngine
 from tunix_agentic.server import EngineServer
-class Slow(ScriptedPolicy):
+class Slow(ScriptedEngine):
     def generate(self, prompts, params):
         time.sleep(1.0); return super().generate(prompts, params)
 tok = build_tiny_tokenizer()
@@ -128,7 +128,7 @@ def test_killed_engine_ends_the_rollout_as_error_and_the_server_keeps_serving(to
     assert 'callback' in r['error_message'] and eng_url in r['error_message'], r['error_message']
     assert took < 30
     assert httpx.get(rollout_server + '/health').json()['active_rollouts'] == 0
-    with EngineServer(ScriptedPolicy(tok, SCRIPT), tok) as live:  # the server still serves
+    with EngineServer(ScriptedEngine(tok, SCRIPT), tok) as live:  # the server still serves
         ok = httpx.post(rollout_server + '/rollout', json=body('kill-2', live.url), timeout=60)
         ok = ok.json()
     assert ok['finish_reason'] == 'stop', ok
@@ -138,7 +138,7 @@ def test_killed_engine_ends_the_rollout_as_error_and_the_server_keeps_serving(to
 def test_wrong_api_keys_get_401(tok):
     rs = RolloutServer(RolloutSettings(api_key='secret')).start()
     try:
-        with EngineServer(ScriptedPolicy(tok, SCRIPT), tok, api_key='cb-key') as eng:
+        with EngineServer(ScriptedEngine(tok, SCRIPT), tok, api_key='cb-key') as eng:
             url = rs.url + '/rollout'
             assert httpx.post(url, json=body('k1', eng.url)).status_code == 401
             hdr = {'Authorization': 'Bearer secret'}
@@ -208,7 +208,7 @@ def test_fuzzed_rollout_bodies_get_4xx_never_500(rollout_server):
 def test_fuzzed_chat_bodies_get_4xx_never_500(tok):
     from tunix_agentic.server import ChatRequest
     base = {'model': 'm', 'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 8}
-    with EngineServer(ScriptedPolicy(tok, SCRIPT), tok) as srv:
+    with EngineServer(ScriptedEngine(tok, SCRIPT), tok) as srv:
         codes = _fuzz(srv.url + '/v1/chat/completions', base, ChatRequest, 300)
     assert len(codes) == 300 and codes.count(422) > 100
 
@@ -220,7 +220,7 @@ def test_load_1000_rollouts_none_lost_or_duplicated_429s_retried(tok):
     p, url = spawn(SERVE_ROLLOUT, {'MAX_CONCURRENT_ROLLOUTS': '100',
                                    'ROLLOUT_TOOL_LATENCY_MS': '10,100'})
     try:
-        col = RemoteCollector(ScriptedPolicy(tok, SCRIPT), tok, url,
+        col = RemoteCollector(ScriptedEngine(tok, SCRIPT), tok, url,
                               config=CollectConfig(max_turns=4, group_size=1, max_concurrency=200))
         try: trajs = col.run(tasks(1000))
         finally: col.close()
@@ -249,13 +249,13 @@ def test_online_loop_trains_on_remote_rollouts(tmp_path):
     tok = build_tiny_tokenizer()
     mcfg = ModelConfig.tiny(vocab_size=len(tok), num_layers=1, hidden_size=32, intermediate_size=64,
                             head_dim=16)
-    class Recording(ScriptedPolicy):
+    class Recording(ScriptedEngine):
         versions = ()
         def update_params(self, params, version=None):
             self.versions = (*self.versions, version); super().update_params(params, version)
-    policy = Recording(tok, SCRIPT)
+    engine = Recording(tok, SCRIPT)
     rs = RolloutServer(RolloutSettings()).start()
-    col = RemoteCollector(policy, tok, rs.url, config=CollectConfig.tiny(group_size=2))
+    col = RemoteCollector(engine, tok, rs.url, config=CollectConfig.tiny(group_size=2))
     try:
         tr = Trainer(Qwen2(mcfg, rngs=nnx.Rngs(0)), TrainerConfig.tiny(buckets=(1024,)))
         tasks_ = [{'question': f'What is 12*34+5? #{i}', 'answer': '413' if i % 2 else '414'}
@@ -264,7 +264,7 @@ def test_online_loop_trains_on_remote_rollouts(tmp_path):
                                                            output_dir=str(tmp_path))).run()
     finally: col.close(); rs.close()
     assert [r['step'] for r in recs] == [0, 1]
-    assert policy.versions == (0, 1, 2)  # the weights go to the engine behind the callback
+    assert engine.versions == (0, 1, 2)  # the weights go to the engine behind the callback
     assert recs[0]['turns'] == 3 and 0 < recs[0]['success'] < 1
     assert all(r['max_staleness_trained'] == 0 for r in recs)
 
@@ -278,7 +278,7 @@ def test_cli_serve_rollout_serves(tok):
         h = httpx.get(url + '/health').json()
         assert (h['max_concurrent_rollouts'], h['tools']) == (3, ['add', 'subtract', 'multiply',
                                                                   'divide'])
-        with EngineServer(ScriptedPolicy(tok, SCRIPT), tok) as eng:
+        with EngineServer(ScriptedEngine(tok, SCRIPT), tok) as eng:
             r = httpx.post(url + '/rollout', json=body('cli-1', eng.url), timeout=30).json()
         assert r['finish_reason'] == 'stop'
     finally: stop(p)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tunix_agentic.parsers import get_tool_parser
-from tunix_agentic.rollout import ScriptedPolicy
+from tunix_agentic.rollout import ScriptedEngine
 from tunix_agentic.server import EngineServer, PlainTextParser
 from tunix_agentic.streaming import StreamingToolParser, text_deltas
 from tunix_agentic.tokenizer import build_tiny_tokenizer
@@ -89,7 +89,7 @@ SCRIPTS = ['Sure. <tool_call>\n{"name": "multiply", "arguments": {"a": 6, "b": 7
 @pytest.mark.parametrize('script', SCRIPTS)
 def test_openai_client_stream_equals_whole_answer(tok, script):
     tools = [t.schema for t in calculator_tools()]
-    with EngineServer(ScriptedPolicy(tok, [script]), tok) as srv:
+    with EngineServer(ScriptedEngine(tok, [script]), tok) as srv:
         client = openai.OpenAI(base_url=srv.url + '/v1', api_key='x', max_retries=0)
         kw = dict(model='m', tools=tools, messages=[{'role': 'user', 'content': 'hi'}])
         whole = client.chat.completions.create(**kw)

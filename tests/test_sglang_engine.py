@@ -9,11 +9,11 @@ from flax import nnx
 from tunix_agentic.default_model import load_default
 from tunix_agentic.models import save_hf
 from tunix_agentic.rollout import SamplingParams
-from tunix_agentic.sampler import JaxSampler, SamplerConfig
+from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
 
 sgl = pytest.importorskip('sgl_jax')
 from tunix_agentic.sglang_engine import (EngineError, EngineTimeoutError, SglangConfig,
-                                         SglangJaxRollout)
+                                         SglangJaxEngine)
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def engine(ckpt):
-    r = SglangJaxRollout(ckpt[0], SglangConfig.cpu(timeout_s=180))
+    r = SglangJaxEngine(ckpt[0], SglangConfig.cpu(timeout_s=180))
     yield r
     r.close()
 
@@ -55,7 +55,7 @@ def test_greedy_parity_model_vanilla_sglang(ckpt, engine):
     d, model, cfg, tok, prompts = ckpt
     g = SamplingParams(temperature=0.0, max_new_tokens=64)   # > 50: sglang's long logprob lists
     sg = engine.generate(prompts, g)
-    va = JaxSampler(model, config=SamplerConfig(max_batch=4)).generate(prompts, g)
+    va = JaxEngine(model, config=JaxEngineConfig(max_batch=4)).generate(prompts, g)
     assert [o.token_ids for o in sg] == [o.token_ids for o in va]
     worst = 0.0
     for p, o in zip(prompts, sg):
@@ -68,7 +68,7 @@ def test_greedy_parity_model_vanilla_sglang(ckpt, engine):
     # stop ids: included, finish 'stop', same cut in both engines
     stop = sg[0].token_ids[5]
     gs = g.replace(stop_token_ids=(stop,))
-    a, b = engine.generate(prompts[:1], gs)[0], JaxSampler(model).generate(prompts[:1], gs)[0]
+    a, b = engine.generate(prompts[:1], gs)[0], JaxEngine(model).generate(prompts[:1], gs)[0]
     assert a.token_ids == b.token_ids and a.token_ids[-1] == stop
     assert a.finish_reason == b.finish_reason == 'stop'
 
@@ -102,7 +102,7 @@ def test_hot_swap_matches_vanilla_and_restores(ckpt, engine):
     push_s = time.perf_counter() - t0
     assert engine.policy_version == 7
     after = [o.token_ids for o in engine.generate(prompts, g)]
-    vanilla = JaxSampler(model, config=SamplerConfig(max_batch=4))
+    vanilla = JaxEngine(model, config=JaxEngineConfig(max_batch=4))
     vanilla.update_params(_with(model, new))
     want = [o.token_ids for o in vanilla.generate(prompts, g)]
     assert after == want and after != before
@@ -121,7 +121,7 @@ def _with(model, params):
 @pytest.mark.timeout(240)
 def test_engine_failure_surfaces_within_timeout(ckpt):
     d = ckpt[0]
-    r = SglangJaxRollout(d, SglangConfig.cpu(timeout_s=25, load_format='dummy'))
+    r = SglangJaxEngine(d, SglangConfig.cpu(timeout_s=25, load_format='dummy'))
     leaves = r.runner.model_state_leaves
     bad = [jnp.zeros((3,) + l.shape[1:], l.dtype) if i == 0 else l for i, l in enumerate(leaves)]
     r._call(lambda: setattr(r.runner, 'model_state_leaves', bad), 10, 'corrupt weights')
@@ -150,15 +150,15 @@ def test_qwen3_checkpoint_parity_and_swap(tmp_path):
     cfg = ModelConfig.tiny(arch='qwen3', qkv_bias=False, qk_norm=True, vocab_size=1024)
     m = sharpen(Qwen2(cfg, rngs=nnx.Rngs(3)))
     save_hf(m, cfg, tmp_path)
-    r = SglangJaxRollout(tmp_path, SglangConfig.cpu(timeout_s=180))
+    r = SglangJaxEngine(tmp_path, SglangConfig.cpu(timeout_s=180))
     try:
         ps, g = [[1, 2, 3, 4, 5], [9, 8, 7]], SamplingParams(temperature=0.0, max_new_tokens=16)
-        a, b = r.generate(ps, g), JaxSampler(m).generate(ps, g)
+        a, b = r.generate(ps, g), JaxEngine(m).generate(ps, g)
         assert [o.token_ids for o in a] == [o.token_ids for o in b]
         assert max(abs(x - y) for oa, ob in zip(a, b) for x, y in zip(oa.logprobs, ob.logprobs)) < 1e-4
         new = jax.tree.map(lambda x: x * 1.2, nnx.state(m, nnx.Param))
         r.update_params(new)
-        a2, b2 = r.generate(ps, g), JaxSampler(_with(m, new)).generate(ps, g)
+        a2, b2 = r.generate(ps, g), JaxEngine(_with(m, new)).generate(ps, g)
         assert [o.token_ids for o in a2] == [o.token_ids for o in b2] != [o.token_ids for o in a]
     finally:
         r.close()

@@ -230,10 +230,10 @@ def test_dump_viewer_reports_torn_line(dump_dir):
 
 
 # ---------------------------------------------------------------- episode stepper
-from tunix_agentic.collector import CollectConfig, TrajectoryCollectEngine
+from tunix_agentic.collector import CollectConfig, TrajectoryCollector
 from tunix_agentic.dumps import DumpWriter
 from tunix_agentic.envs import EnvGroup, EnvSpec
-from tunix_agentic.rollout import ScriptedPolicy, SamplingParams
+from tunix_agentic.rollout import ScriptedEngine, SamplingParams
 from tunix_agentic.tokenizer import build_tiny_tokenizer
 from tunix_agentic.builtin_tools import calculator_tools
 
@@ -259,21 +259,21 @@ def no_timings(x):
     return x
 
 
-def stepper(policies='scripted', **kw):
-    if policies == 'scripted': policies = {'scripted': ScriptedPolicy(TOK, SCRIPT, logprob=-0.75)}
-    return EpisodeStepper(group(kw.pop('max_turns', 5)), [TASK, QA], TOK, policies=policies,
+def stepper(engines='scripted', **kw):
+    if engines == 'scripted': engines = {'scripted': ScriptedEngine(TOK, SCRIPT, logprob=-0.75)}
+    return EpisodeStepper(group(kw.pop('max_turns', 5)), [TASK, QA], TOK, engines=engines,
                           config=kw.pop('config', CollectConfig.tiny(group_size=1)), **kw)
 
 
 @pytest.mark.timeout(60)
 def test_driver_matches_collector_token_for_token():
     cfg = CollectConfig.tiny(group_size=1)
-    d = EpisodeDriver(TOK, ScriptedPolicy(TOK, SCRIPT, logprob=-0.75), cfg)
+    d = EpisodeDriver(TOK, ScriptedEngine(TOK, SCRIPT, logprob=-0.75), cfg)
     run_async(d.reset(group().make(TASK), TASK, seed=11))
     while not d.done: t = run_async(d.step())
-    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, SCRIPT, logprob=-0.75), TOK, group(),
+    coll = TrajectoryCollector(ScriptedEngine(TOK, SCRIPT, logprob=-0.75), TOK, group(),
                                   config=cfg)
-    ref = run_async(eng.collect(TASK, env_seed=11))
+    ref = run_async(coll.collect(TASK, env_seed=11))
     for k in ('input_ids', 'response_mask', 'logprobs', 'messages', 'prompt_len', 'reward',
               'status'):
         assert getattr(t, k) == getattr(ref, k), k
@@ -285,7 +285,7 @@ def test_driver_matches_collector_token_for_token():
     assert [t.input_ids[a:b] for a, b in spans(t.response_mask)] == \
         [TOK.encode(s, add_special_tokens=False) + [IM_END] for s in SCRIPT]
     assert len(d.history) == 4 and [h.num_turns for h in d.history] == [0, 1, 2, 3]
-    assert d.status_history == eng.states[ref.episode_id].history  # the same visible states
+    assert d.status_history == coll.states[ref.episode_id].history  # the same visible states
 
 
 @pytest.mark.timeout(60)
@@ -365,15 +365,15 @@ def test_stepper_typed_turns_reset_and_env_switch():
 
 @pytest.mark.timeout(60)
 def test_stepper_budgets_and_errors_are_shown_not_raised():
-    s = stepper(policies=None)
-    assert s.step_button.disabled and s.policy_dropdown.disabled
+    s = stepper(engines=None)
+    assert s.step_button.disabled and s.engine_dropdown.disabled
     s.step()  # called anyway: a message, no exception
-    assert 'no policy' in s.message.value and s.driver.turn == 0
+    assert 'no engine' in s.message.value and s.driver.turn == 0
     # max_turns: one turn allowed, the turn calls a tool
     s = stepper(config=CollectConfig.tiny(group_size=1, max_turns=1))
     s.step_button.click()
     assert s.trajectory.status == 'max_turns' and s.step_button.disabled
-    s.driver.policy = None
+    s.driver.engine = None
     with pytest.raises(ValueError, match='has ended'): run_async(s.driver.step('x'))
     # max_length: the budget is spent by the first turn
     n = s.driver.history[0].prompt_len
@@ -397,10 +397,10 @@ def test_buttons_work_inside_a_running_event_loop():
 
 @pytest.mark.timeout(120)
 def test_viewer_opens_collector_dumps_and_plots(tmp_path):
-    eng = TrajectoryCollectEngine(ScriptedPolicy(TOK, SCRIPT), TOK, group(),
+    coll = TrajectoryCollector(ScriptedEngine(TOK, SCRIPT), TOK, group(),
                                   config=CollectConfig.tiny(group_size=2))
     for step in range(2):
-        trajs = eng.run([TASK, QA], step=step)
+        trajs = coll.run([TASK, QA], step=step)
         with DumpWriter(tmp_path, step) as w:
             for t in trajs: w.write(t)
     v = DumpViewer(tmp_path, TOK)
@@ -422,21 +422,21 @@ def test_viewer_opens_collector_dumps_and_plots(tmp_path):
 @pytest.mark.timeout(300)
 def test_stepper_with_tiny_model_matches_collector():
     from tunix_agentic.default_model import load_default
-    from tunix_agentic.sampler import JaxSampler
+    from tunix_agentic.sampler import JaxEngine
     model, mcfg, tok = load_default()
-    pol = JaxSampler(model, mcfg, tok)
+    pol = JaxEngine(model, mcfg, tok)
     cfg = CollectConfig.tiny(group_size=1, max_turns=2, sampling=SamplingParams(max_new_tokens=12))
-    s = EpisodeStepper(group(), [TASK], tok, policies={'tiny': pol}, config=cfg, seed=3)
+    s = EpisodeStepper(group(), [TASK], tok, engines={'tiny': pol}, config=cfg, seed=3)
     while not s.step_button.disabled: s.step_button.click()
     t = s.trajectory
     assert s.message.value == '' and t.num_turns >= 1 and sum(t.response_mask) > 0
-    eng = TrajectoryCollectEngine(pol, tok, group(), config=cfg)
-    ref = run_async(eng.collect(TASK, env_seed=3, sampling_seed=s.driver.sampling_seed))
+    coll = TrajectoryCollector(pol, tok, group(), config=cfg)
+    ref = run_async(coll.collect(TASK, env_seed=3, sampling_seed=s.driver.sampling_seed))
     assert (t.input_ids, t.response_mask, t.logprobs, t.status) == \
         (ref.input_ids, ref.response_mask, ref.logprobs, ref.status)
 
 
-class SlowOrBroken(ScriptedPolicy):
+class SlowOrBroken(ScriptedEngine):
     "Scripted, but the turn given by `slow_turn` sleeps and `broken_turn` raises."
     def __init__(self, *a, slow_turn=None, broken_turn=None, **kw):
         super().__init__(*a, **kw); self.slow_turn, self.broken_turn = slow_turn, broken_turn
@@ -452,7 +452,7 @@ class SlowOrBroken(ScriptedPolicy):
 def test_stepper_timeout_and_engine_error_end_the_episode_and_back_undoes_them():
     pol = SlowOrBroken(TOK, SCRIPT, slow_turn=1)
     # wide margins: the first turn must fit in the budget even on a loaded machine (0.3 s did not)
-    s = stepper(policies={'p': pol}, config=CollectConfig.tiny(group_size=1, episode_timeout_s=4.0))
+    s = stepper(engines={'p': pol}, config=CollectConfig.tiny(group_size=1, episode_timeout_s=4.0))
     s.step_button.click()
     assert s.trajectory.status == 'running'
     s.step_button.click()  # sleeps 8 s > 4 s
@@ -472,16 +472,16 @@ def test_stepper_timeout_and_engine_error_end_the_episode_and_back_undoes_them()
 
 
 @pytest.mark.timeout(60)
-def test_stepper_with_env_factories_and_two_policies():
+def test_stepper_with_env_factories_and_two_engines():
     from tunix_agentic.envs import ToolEnvironment
     envs = {'calc3': lambda task: ToolEnvironment(task, tools=calculator_tools(), reward_fn='gsm8k',
                                                   max_turns=3)}
-    wrong = ScriptedPolicy(TOK, ['#### 1'])
+    wrong = ScriptedEngine(TOK, ['#### 1'])
     s = EpisodeStepper(envs, [TASK], TOK, config=CollectConfig.tiny(group_size=1),
-                       policies={'oracle': ScriptedPolicy(TOK, SCRIPT), 'wrong': wrong})
+                       engines={'oracle': ScriptedEngine(TOK, SCRIPT), 'wrong': wrong})
     assert s.env_dropdown.options == ('calc3',) and s.driver.max_turns == 3
     s.step_button.click()  # oracle: multiply
-    s.policy_dropdown.value = 'wrong'
+    s.engine_dropdown.value = 'wrong'
     s.step_button.click()  # wrong answers at once
     t = s.trajectory
     assert (t.status, t.reward, t.num_turns, wrong.calls) == ('done', 0.0, 2, 1)
@@ -490,7 +490,7 @@ def test_stepper_with_env_factories_and_two_policies():
 @pytest.mark.timeout(60)
 def test_stepper_shows_a_failing_reset():
     bad = {'task_type': 'calc', 'prompt_missing': True}
-    s = EpisodeStepper(group(), [TASK, bad], TOK, policies={'p': ScriptedPolicy(TOK, SCRIPT)},
+    s = EpisodeStepper(group(), [TASK, bad], TOK, engines={'p': ScriptedEngine(TOK, SCRIPT)},
                        config=CollectConfig.tiny(group_size=1))
     s.step_button.click()
     s.task_dropdown.value = 1  # its env cannot start: no question in the task

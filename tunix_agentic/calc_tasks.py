@@ -124,13 +124,13 @@ def calc_agent(task: dict | None = None) -> ToolAgent:
 # %% ../nbs/10d_tasks.ipynb #c5e9a10c
 def demonstrations(tasks: Sequence[dict], tokenizer, teacher: Teacher | None = None, *,
                    max_turns: int = 4, max_seq_len: int = 1024, seed: int = 0) -> list[Trajectory]:
-    "One teacher episode per task, collected by `TrajectoryCollectEngine`."
-    from tunix_agentic.rollout import ScriptedPolicy
-    from tunix_agentic.collector import TrajectoryCollectEngine, CollectConfig
+    "One teacher episode per task, collected by `TrajectoryCollector`."
+    from tunix_agentic.rollout import ScriptedEngine
+    from tunix_agentic.collector import TrajectoryCollector, CollectConfig
     cfg = CollectConfig(max_turns=max_turns, max_seq_len=max_seq_len, seed=seed)
-    engine = TrajectoryCollectEngine(ScriptedPolicy(tokenizer, teacher or Teacher()), tokenizer,
+    coll = TrajectoryCollector(ScriptedEngine(tokenizer, teacher or Teacher()), tokenizer,
                                      lambda t: calc_env(t, max_turns), agent_fn=calc_agent, config=cfg)
-    return engine.run(list(tasks))
+    return coll.run(list(tasks))
 
 # %% ../nbs/10d_tasks.ipynb #ac185900
 def _first_call(step) -> tuple[str, dict] | None:

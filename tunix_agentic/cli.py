@@ -33,19 +33,19 @@ def _cmd_build_default(args) -> int:
 
 # %% ../nbs/12_cli.ipynb #735a9d11
 def scripted_calculator_episode(a: int = 123, b: int = 456, c: int = 789):
-    "Collect one `(a*b)+c` calculator episode with a scripted policy; returns (trajectory, tokenizer)."
+    "Collect one `(a*b)+c` calculator episode with a scripted engine; returns (trajectory, tokenizer)."
     from tunix_agentic.tokenizer import build_tiny_tokenizer
-    from tunix_agentic.rollout import ScriptedPolicy
+    from tunix_agentic.rollout import ScriptedEngine
     from tunix_agentic.envs import ToolEnvironment
     from tunix_agentic.builtin_tools import calculator_tools
-    from tunix_agentic.collector import TrajectoryCollectEngine, CollectConfig
+    from tunix_agentic.collector import TrajectoryCollector, CollectConfig
     tok = build_tiny_tokenizer()
     call = lambda name, x, y: f'<tool_call>\n{{"name": "{name}", "arguments": {{"a": {x}, "b": {y}}}}}\n</tool_call>'
-    policy = ScriptedPolicy(tok, [call('multiply', a, b), call('add', a * b, c), f'The answer is {a * b + c}.'])
+    engine = ScriptedEngine(tok, [call('multiply', a, b), call('add', a * b, c), f'The answer is {a * b + c}.'])
     task = {'question': f'What is {a} * {b} + {c}?', 'answer': f'#### {a * b + c}'}
     env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_turns=4)
-    engine = TrajectoryCollectEngine(policy, tok, env_fn, config=CollectConfig(max_turns=4, group_size=1))
-    return engine.run([task])[0], tok
+    coll = TrajectoryCollector(engine, tok, env_fn, config=CollectConfig(max_turns=4, group_size=1))
+    return coll.run([task])[0], tok
 
 # %% ../nbs/12_cli.ipynb #7878a223
 def format_token_table(traj, tokenizer, max_chars: int = 90) -> str:

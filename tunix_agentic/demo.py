@@ -13,7 +13,7 @@ from .types import Trajectory
 from .rollout import SamplingParams
 from .losses import LossConfig
 from .trainer import Trainer, TrainerConfig
-from .collector import TrajectoryCollectEngine, CollectConfig
+from .collector import TrajectoryCollector, CollectConfig
 from .loop import OnlineLoop, LoopConfig, MetricSinks, run_coro
 from .calc_tasks import Teacher, make_splits, calc_env, calc_agent, demonstrations, diagnose
 log = logging.getLogger(__name__)
@@ -83,10 +83,10 @@ def demo_model(cfg: DemoConfig):
     return Qwen2(mcfg, rngs=nnx.Rngs(cfg.seed)), tok
 
 # %% ../nbs/10e_demo.ipynb #314273f6
-def _sampler(model, tok, rows: int):
-    from tunix_agentic.sampler import JaxSampler, SamplerConfig
+def _engine(model, tok, rows: int):
+    from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
     b = min(64, 1 << max(rows - 1, 0).bit_length())
-    s = JaxSampler(model, tokenizer=tok, config=SamplerConfig(
+    s = JaxEngine(model, tokenizer=tok, config=JaxEngineConfig(
         max_batch=b, min_batch_bucket=b, min_prompt_bucket=64, min_gen_bucket=64, shared_prefix=16))
     # lockstep: batches depend on the requests only, not on timing, so a rerun under load is identical
     s.max_batch_size, s.lockstep = b, True
@@ -96,15 +96,15 @@ def _collector(engine, tok, cfg: DemoConfig, group_size: int, seed: int, tempera
     ccfg = CollectConfig(max_turns=cfg.max_turns, max_seq_len=cfg.max_seq_len, group_size=group_size,
                          seed=seed, episode_timeout_s=1800.0, sampling=SamplingParams(
                              temperature=temperature, max_new_tokens=cfg.max_new_tokens))
-    return TrajectoryCollectEngine(engine, tok, lambda t: calc_env(t, cfg.max_turns),
+    return TrajectoryCollector(engine, tok, lambda t: calc_env(t, cfg.max_turns),
                                    agent_fn=calc_agent, config=ccfg)
 
 # %% ../nbs/10e_demo.ipynb #c4c89bb0
-def evaluate(sampler, tok, tasks: list[dict], cfg: DemoConfig,
+def evaluate(engine, tok, tasks: list[dict], cfg: DemoConfig,
              temperature: float | None = None) -> tuple[dict, list[Trajectory]]:
     "Per-turn diagnosis (`calc_tasks.diagnose`) of one episode per task; and the trajectories."
     t = cfg.temperature if temperature is None else temperature
-    coll = _collector(sampler, tok, cfg, 1, cfg.seed + 12345, t)
+    coll = _collector(engine, tok, cfg, 1, cfg.seed + 12345, t)
     trajs = run_coro(coll.collect_many(tasks, step=0))
     return diagnose(trajs), trajs
 
@@ -181,26 +181,26 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
         t = time.perf_counter()
         sft_losses = sft_warm_start(sft, demos, cfg, sinks)
         times['sft_s'] = time.perf_counter() - t
-        sampler = _sampler(sft.model, tok, max(cfg.n_heldout, cfg.tasks_per_step * cfg.group_size))
+        engine = _engine(sft.model, tok, max(cfg.n_heldout, cfg.tasks_per_step * cfg.group_size))
         t = time.perf_counter()
-        before, trajs_before = evaluate(sampler, tok, held, cfg)
-        greedy_before, _ = evaluate(sampler, tok, held[:cfg.n_greedy], cfg, temperature=0.0)
+        before, trajs_before = evaluate(engine, tok, held, cfg)
+        greedy_before, _ = evaluate(engine, tok, held[:cfg.n_greedy], cfg, temperature=0.0)
         times['eval_before_s'] = time.perf_counter() - t
         log.info('held-out success after SFT: %.1f%%', 100 * before['final_answer'])
         rl = Trainer(sft.model, TrainerConfig(
             learning_rate=cfg.rl_lr, buckets=buckets, pad_id=pad, temperature=cfg.temperature,
             shared_prefix=16, micro_batches=cfg.rl_micro_batches, loss=LossConfig(advantage='grpo', aggregation='token-mean')))
-        loop = OnlineLoop(rl, _collector(sampler, tok, cfg, cfg.group_size, cfg.seed, cfg.temperature),
+        loop = OnlineLoop(rl, _collector(engine, tok, cfg, cfg.group_size, cfg.seed, cfg.temperature),
                           train, LoopConfig(steps=max(cfg.rl_steps, 1), tasks_per_step=cfg.tasks_per_step,
                                             output_dir=str(out / 'grpo'), progress=cfg.progress,
                                             plot_every=10), sinks=sinks)
         t = time.perf_counter()
         records = loop.run() if cfg.rl_steps else []
         times['grpo_s'] = time.perf_counter() - t
-        sampler.update_params(nnx.state(rl.model), rl.step)
+        engine.update_params(nnx.state(rl.model), rl.step)
         t = time.perf_counter()
-        after, trajs_after = evaluate(sampler, tok, held, cfg)
-        greedy_after, _ = evaluate(sampler, tok, held[:cfg.n_greedy], cfg, temperature=0.0)
+        after, trajs_after = evaluate(engine, tok, held, cfg)
+        greedy_after, _ = evaluate(engine, tok, held[:cfg.n_greedy], cfg, temperature=0.0)
         times['eval_after_s'] = time.perf_counter() - t
         log.info('held-out success after GRPO: %.1f%%', 100 * after['final_answer'])
         for k, (name, d) in enumerate((('after_sft', before), ('after_grpo', after))):
@@ -209,7 +209,7 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
             with DumpWriter(out / 'eval', k) as w:
                 for tr in trajs: w.write(tr)
         plot = plot_demo(sft_losses, records, before, after, out / 'demo.png', cfg.sft_short_steps)
-        sampler.close()
+        engine.close()
     finally: sinks.close()
     times['total_s'] = time.perf_counter() - t0
     summary = {'seed': cfg.seed,

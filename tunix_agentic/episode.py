@@ -195,14 +195,14 @@ async def _turn(self: Episode, out: GenerateOutput, source: str, budget: int):
 
 # %% ../nbs/06a_episode.ipynb #3e3b5cef
 @patch
-async def sample(self: Episode, rollout) -> GenerateOutput | None:
-    "The next turn sampled by `rollout` (a `BaseRollout`); None once the episode has ended."
+async def sample(self: Episode, engine) -> GenerateOutput | None:
+    "The next turn sampled by `engine` (a `BaseEngine`); None once the episode has ended."
     req = self.next_request()
     if req is None: return None
     t = time.perf_counter()
-    out = await rollout.agenerate(req.prompt_ids, req.params)
+    out = await engine.agenerate(req.prompt_ids, req.params)
     self.t_model += time.perf_counter() - t
-    self.version_last = int(getattr(rollout, 'policy_version', 0))
+    self.version_last = int(getattr(engine, 'policy_version', 0))
     return out
 
 @patch

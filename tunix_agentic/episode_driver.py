@@ -45,9 +45,9 @@ def run_async(coro, timeout: float | None = 300.0) -> Any:
 
 # %% ../nbs/11b_episode_driver.ipynb #3ac481d5
 class EpisodeDriver:
-    "One `Episode`, a turn at a time: sampled by a rollout engine or typed; snapshots and Back."
+    "One `Episode`, a turn at a time: sampled by an engine or typed; snapshots and Back."
     def __init__(self, tokenizer, # the tokenizer whose chat template renders the episode
-                 policy: Any = None, # a `rollout.BaseRollout`; None: only typed turns
+                 engine: Any = None, # a `rollout.BaseEngine`; None: only typed turns
                  config: Any = None, # a `collector.CollectConfig` (budgets, sampling, seeds)
                  agent_fn: Callable[[dict], Any] | None = None, # task -> agent (`ToolAgent()`)
                  final_reward_fn: Callable | None = None, # the collector's (task, Trajectory) -> reward
@@ -55,7 +55,7 @@ class EpisodeDriver:
         from tunix_agentic.collector import CollectConfig
         from tunix_agentic.agents import ToolAgent
         from tunix_agentic.chat import chat_format
-        self.tokenizer, self.policy, self.final_reward_fn = tokenizer, policy, final_reward_fn
+        self.tokenizer, self.engine, self.final_reward_fn = tokenizer, engine, final_reward_fn
         self.config = config or CollectConfig()
         self.agent_fn = agent_fn or (lambda task: ToolAgent())
         self.chat_format = chat_format(tokenizer)  # end of turn and stop ids (template)
@@ -103,7 +103,7 @@ async def reset(self: EpisodeDriver, env: Any, # a `envs.BaseEnv` (fresh, or reu
 def snapshot(self: EpisodeDriver) -> Trajectory:
     "The episode so far as a `Trajectory` (a deep copy: later turns do not change it)."
     if self.ep is None: return Trajectory(task=dict(self.task), status=TrajectoryStatus.PENDING)
-    version = int(getattr(self.policy, 'policy_version', 0))
+    version = int(getattr(self.engine, 'policy_version', 0))
     if not self.ep.done: return self.ep.snapshot(policy_version=version)
     t = copy.deepcopy(self.ep.finish(self.final_reward_fn, policy_version=version))
     t.metrics = {k: v for k, v in t.metrics.items() if not k.startswith('time_')}
@@ -121,7 +121,7 @@ async def _turn(self: EpisodeDriver, text: str | None, replay: tuple | None):
     if ep.next_request() is None: return  # no tokens left: the episode has ended (max_length)
     if replay is not None: out, source = replay
     elif text is not None: out, source = ep.text_output(text), 'human'
-    else: out, source = await ep.sample(self.policy), 'policy'
+    else: out, source = await ep.sample(self.engine), 'policy'
     self.turns.append((out, source))
     await ep.advance(out, source)
 
@@ -133,8 +133,8 @@ async def step(self: EpisodeDriver, text: str | None = None, # a typed assistant
     if self.enc is None: raise ValueError('call reset(env, task) before step()')
     if self.done:
         raise ValueError(f'the episode has ended ({self.status.value}); reset or step back')
-    if text is None and _replay is None and self.policy is None:
-        raise ValueError('this driver has no policy: type the assistant turn (text=...)')
+    if text is None and _replay is None and self.engine is None:
+        raise ValueError('this driver has no engine: type the assistant turn (text=...)')
     n, limit = self.turn, self.config.episode_timeout_s
     try:
         async with asyncio.timeout(limit): await self._turn(text, _replay)

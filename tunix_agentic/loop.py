@@ -138,7 +138,7 @@ def read_tb_scalars(folder: str | Path) -> dict[str, list[tuple[int, float]]]:
 class OnlineLoop:
     "Collect → queue → train → push weights, sync or async with bounded staleness."
     def __init__(self, trainer, # a `trainer.Trainer`
-                 collector, # a `collector.TrajectoryCollectEngine` (its `rollout` gets the weights)
+                 collector, # a `collector.TrajectoryCollector` (its `engine` gets the weights)
                  tasks: Iterable[dict], # task rows, cycled
                  cfg: LoopConfig | None = None,
                  *, success_threshold: float = 1.0, # reward counted as a success
@@ -154,7 +154,7 @@ class OnlineLoop:
         self.dropped_stale = 0
         self.history_staleness: list[int] = []   # staleness of every trained episode
     @property
-    def engine(self): return self.collector.rollout
+    def engine(self): return self.collector.engine
     @property
     def metrics_path(self) -> Path: return self.out / 'metrics.jsonl'
     @property

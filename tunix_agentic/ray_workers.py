@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio, collections, itertools, logging, os, socket
 from typing import Any, Callable, Iterable
 from fastcore.basics import patch
-from .collector import CollectConfig, TrajectoryCollectEngine
+from .collector import CollectConfig, TrajectoryCollector
 from .dumps import DumpWriter
 from .ray_limiter import require_ray
 from .rollout import run_sync
@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 class RolloutWorker:
     "One rollout worker: its own collector (engine, environments, tools, sandbox)."
-    def __init__(self, make_collector: Callable[[], TrajectoryCollectEngine], # builds the collector
+    def __init__(self, make_collector: Callable[[], TrajectoryCollector], # builds the collector
                  index: int = 0): # the worker's number, for logs
         self.collector, self.index = make_collector(), index
         self.versions: list[int] = []  # every policy version this worker was given
@@ -41,7 +41,7 @@ class RolloutWorker:
         return await self.collector.collect_group(task, group_size=group_size, group_id=group_id)
     def update_params(self, params: Any, version: int) -> int:
         "Give the engine new weights of policy `version`."
-        self.collector.rollout.update_params(params, version)
+        self.collector.engine.update_params(params, version)
         self.versions.append(version)
         return version
 
@@ -59,11 +59,11 @@ def scripted_calculator(group_size: int = 2, *, tool_ms: float = 0.0, # each too
                         max_concurrency: int = 256, # episodes in flight in this collector
                         logprob: float = -0.5, rate_limiter=None, # e.g. a `ToolRateLimiter`
                         engine_url: str | None = None, # sample from this EngineServer instead
-                        ) -> TrajectoryCollectEngine:
+                        ) -> TrajectoryCollector:
     "A collector of scripted 'What is a*b?' episodes with one `multiply` tool (demos, tests, benches)."
     import time
     from tunix_agentic.envs import ToolEnvironment
-    from tunix_agentic.rollout import ScriptedPolicy
+    from tunix_agentic.rollout import ScriptedEngine
     from tunix_agentic.tokenizer import build_tiny_tokenizer
     from tunix_agentic.tools import ToolManager
     def multiply(a: int, b: int) -> int:
@@ -82,15 +82,15 @@ def scripted_calculator(group_size: int = 2, *, tool_ms: float = 0.0, # each too
     tools = ToolManager([multiply], rate_limiter=rate_limiter)
     env_fn = lambda t: ToolEnvironment(t, tools=tools, reward_fn='gsm8k', max_turns=4)
     cfg = CollectConfig.tiny(group_size=group_size, max_concurrency=max_concurrency)
-    if engine_url is None: engine = ScriptedPolicy(tok, multiply_solver, logprob=logprob)
+    if engine_url is None: engine = ScriptedEngine(tok, multiply_solver, logprob=logprob)
     else:
-        from tunix_agentic.server import HttpRollout
-        engine = HttpRollout(engine_url)
-    return TrajectoryCollectEngine(engine, tok, env_fn, config=cfg)
+        from tunix_agentic.server import HttpEngine
+        engine = HttpEngine(engine_url)
+    return TrajectoryCollector(engine, tok, env_fn, config=cfg)
 
 # %% ../nbs/07c_ray_workers.ipynb #2db59865
 class WorkerWeights:
-    "`collector.rollout` of a `RayCollector`: new weights go to every worker's engine."
+    "`collector.engine` of a `RayCollector`: new weights go to every worker's engine."
     def __init__(self, workers: list): # the workers' actor handles (shared with the collector)
         self.workers, self.policy_version = workers, 0
     def update_params(self, params: Any, version: int | None = None):
@@ -108,12 +108,12 @@ class WorkerWeights:
 # %% ../nbs/07c_ray_workers.ipynb #f00826ac
 class RayCollector:
     "`collect_many` over Ray rollout workers; `OnlineLoop` takes it as its collector."
-    def __init__(self, make_collector: Callable[[], TrajectoryCollectEngine], # run in each worker
+    def __init__(self, make_collector: Callable[[], TrajectoryCollector], # run in each worker
                  num_workers: int = 2,
                  *, groups_per_worker: int = 8, # task groups a worker runs at once
                  num_cpus: float = 1, # CPUs Ray reserves for each worker
                  max_retries: int = 2, # times a group runs again after its worker died
-                 rollout=None, # the central engine, if workers sample from its EngineServer
+                 engine=None, # the central engine, if workers sample from its EngineServer
                  actor_options: dict | None = None): # more actor options (resources, runtime_env)
         if num_workers < 1: raise ValueError(f'num_workers must be >= 1, got {num_workers}')
         if groups_per_worker < 1:
@@ -123,7 +123,7 @@ class RayCollector:
         opts = dict(num_cpus=num_cpus, scheduling_strategy='SPREAD', **(actor_options or {}))
         self.workers = [cls.options(**opts).remote(make_collector, i) for i in range(num_workers)]
         self.config: CollectConfig = ray.get(self.workers[0].get_config.remote())
-        self.rollout = WorkerWeights(self.workers) if rollout is None else rollout
+        self.engine = WorkerWeights(self.workers) if engine is None else engine
         self.groups_per_worker, self.max_retries = groups_per_worker, max_retries
         self._groups = itertools.count()
     def __repr__(self): return f'RayCollector({len(self.workers)} workers)'

@@ -10,11 +10,11 @@ from typing import Any, Callable
 import httpx
 from fastcore.basics import patch
 from .types import Trajectory, TrajectoryStatus, RewardOutput
-from .rollout import BaseRollout
+from .rollout import BaseEngine
 from .agents import ToolAgent, observation_to_messages
 from .envs import _task_obs
 from .rewards import mc_returns
-from .collector import (CollectConfig, EpisodeState, TrajectoryCollectEngine,
+from .collector import (CollectConfig, EpisodeState, TrajectoryCollector,
                                      derive_seed)
 from .http_plumbing import ClientPool
 from .server import EngineServer
@@ -60,9 +60,9 @@ def assemble_ids(turns: list[dict], final_ids: list[int] | None = None
     return ids, mask, lps, prompt_len
 
 # %% ../nbs/13b_remote.ipynb #b9f3c5e5
-class RemoteCollector(TrajectoryCollectEngine):
+class RemoteCollector(TrajectoryCollector):
     "A collector whose episodes run on a remote rollout server, sampling from our engine."
-    def __init__(self, rollout: BaseRollout, tokenizer, rollout_url: str, *,
+    def __init__(self, engine: BaseEngine, tokenizer, rollout_url: str, *,
                  config: CollectConfig | None = None,
                  tokenizer_name: str = 'tiny', # the name the rollout server loads
                  system_prompt: str = 'You are a helpful assistant.',
@@ -74,7 +74,7 @@ class RemoteCollector(TrajectoryCollectEngine):
                  retry_budget_s: float = 600.0, # time spent retrying 429s / refused connections
                  final_reward_fn: Callable | None = None,
                  on_state: Callable | None = None, on_trajectory: Callable | None = None):
-        super().__init__(rollout, tokenizer, _no_envs, config=config,
+        super().__init__(engine, tokenizer, _no_envs, config=config,
                          final_reward_fn=final_reward_fn, on_state=on_state,
                          on_trajectory=on_trajectory)
         self.rollout_url, self.tokenizer_name = rollout_url.rstrip('/'), tokenizer_name
@@ -82,7 +82,7 @@ class RemoteCollector(TrajectoryCollectEngine):
         self.api_key = api_key or secrets.token_urlsafe(16)
         self.rollout_headers = ({'Authorization': f'Bearer {rollout_api_key}'}
                                 if rollout_api_key else {})
-        self.engine_server = EngineServer(rollout, tokenizer, api_key=self.api_key,
+        self.engine_server = EngineServer(engine, tokenizer, api_key=self.api_key,
                                           max_tokens=max(512, self.config.sampling.max_new_tokens),
                                           host=callback_host, port=callback_port)
         self.callback_url = callback_url or self.engine_server.url
@@ -189,7 +189,7 @@ async def collect(self: RemoteCollector, task: dict, *, episode_id: str | None =
     async with self._semaphore():
         self._set(st, _S.RUNNING)
         self.engine_server.start()
-        version, t0 = int(getattr(self.rollout, 'policy_version', 0)), time.perf_counter()
+        version, t0 = int(getattr(self.engine, 'policy_version', 0)), time.perf_counter()
         rid = f'{self._uid}-{episode_id}'
         self.engine_server.expect(rid)
         resp, error = None, None

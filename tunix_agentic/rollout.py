@@ -14,8 +14,8 @@ from .chat import chat_format
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['FINISH_REASONS', 'SamplingParams', 'GenerateOutput', 'run_sync', 'RequestBatcher', 'as_params_list', 'BaseRollout',
-           'ScriptedPolicy']
+__all__ = ['FINISH_REASONS', 'SamplingParams', 'GenerateOutput', 'run_sync', 'RequestBatcher', 'as_params_list', 'BaseEngine',
+           'ScriptedEngine']
 
 # %% ../nbs/07_rollout.ipynb #abce8eed
 @dataclass(frozen=True, kw_only=True)
@@ -171,7 +171,7 @@ def as_params_list(params: SamplingParams | Sequence[SamplingParams] | None,
     if len(params) != n: raise ValueError(f'got {len(params)} SamplingParams for {n} prompts')
     return params
 
-class BaseRollout(ABC):
+class BaseEngine(ABC):
     "A sampling engine: sync batched `generate`, async batched-by-gathering `agenerate`."
     policy_version: int = 0
     max_batch_size: int = 64  # largest batch the RequestBatcher forms
@@ -207,7 +207,7 @@ class BaseRollout(ABC):
         if self._batcher is not None: self._batcher.close()
 
 # %% ../nbs/07_rollout.ipynb #de09378b
-class ScriptedPolicy(BaseRollout):
+class ScriptedEngine(BaseEngine):
     "Replays scripted responses (per turn, or a function of the prompt text) as sampled tokens."
     def __init__(self, tokenizer, # a HF tokenizer with the chat special tokens
                  responses: Sequence[str] | Callable[[str], str], # turn texts, or prompt -> text
@@ -215,7 +215,7 @@ class ScriptedPolicy(BaseRollout):
                  end_token: str | None = None, # ends every response (None: template's end of turn)
                  turn_marker: str | None = None): # counted in the prompt (None: assistant header)
         if not callable(responses) and not len(responses):
-            raise ValueError('ScriptedPolicy needs at least one response')
+            raise ValueError('ScriptedEngine needs at least one response')
         self.tokenizer, self.responses, self.logprob = tokenizer, responses, float(logprob)
         if end_token is None or turn_marker is None:
             fmt = chat_format(tokenizer)
@@ -232,7 +232,7 @@ class ScriptedPolicy(BaseRollout):
         return [self.sample_one(p, sp) for p, sp in zip(prompts, params)]
 
 # %% ../nbs/07_rollout.ipynb #92999019
-def _sp_text_for(self: ScriptedPolicy, prompt_ids: list[int]) -> str:
+def _sp_text_for(self: ScriptedEngine, prompt_ids: list[int]) -> str:
     "The scripted text for this prompt."
     text = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
     if callable(self.responses): return self.responses(text)
@@ -240,7 +240,7 @@ def _sp_text_for(self: ScriptedPolicy, prompt_ids: list[int]) -> str:
     return self.responses[min(turn, len(self.responses) - 1)]
 
 @patch
-def sample_one(self: ScriptedPolicy, prompt_ids: list[int],
+def sample_one(self: ScriptedEngine, prompt_ids: list[int],
                params: SamplingParams) -> GenerateOutput:
     "Tokenise the scripted text, then cut it like an engine would at a stop id or max_new_tokens."
     self.calls += 1

@@ -12,12 +12,12 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 from fastcore.basics import patch
-from .rollout import BaseRollout, GenerateOutput, SamplingParams
+from .rollout import BaseEngine, GenerateOutput, SamplingParams
 from .agents import ToolAgent
 from .envs import ToolEnvironment, resolve_tools
 from .tools import BaseTool, ToolManager
 from .types import TrajectoryStatus
-from .collector import CollectConfig, TrajectoryCollectEngine
+from .collector import CollectConfig, TrajectoryCollector
 from .http_plumbing import (BackgroundServer, ClientPool, KEEP_ALIVE_S, check_api_key,
                                          error_response, install_error_handlers)
 
@@ -25,7 +25,7 @@ _log = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['RolloutSettings', 'LatencyTool', 'load_tokenizer', 'TokenizerCache', 'Message', 'RolloutSamplingParams',
-           'RolloutRequest', 'RolloutMetrics', 'RolloutResponse', 'CallbackError', 'CallbackRollout', 'RolloutServer',
+           'RolloutRequest', 'RolloutMetrics', 'RolloutResponse', 'CallbackError', 'CallbackEngine', 'RolloutServer',
            'serve']
 
 # %% ../nbs/13a_rollout_server.ipynb #ec8e2847
@@ -165,7 +165,7 @@ class RolloutResponse(BaseModel):
 class CallbackError(RuntimeError):
     "The trainer's engine could not be reached or refused a turn."
 
-class CallbackRollout(BaseRollout):
+class CallbackEngine(BaseEngine):
     "One rollout's model: each turn is a POST to the trainer's /v1/chat/completions."
     def __init__(self, clients: ClientPool, req: RolloutRequest, agent: ToolAgent,
                  tools: list[dict]):
@@ -175,11 +175,11 @@ class CallbackRollout(BaseRollout):
         self.headers = {'Authorization': f'Bearer {key}'} if key else {}
         self.last_len, self.calls = 0, 0
     def generate(self, prompts, params):
-        raise NotImplementedError('CallbackRollout is async: use agenerate')
+        raise NotImplementedError('CallbackEngine is async: use agenerate')
 
 # %% ../nbs/13a_rollout_server.ipynb #e0ee58f2
 @patch
-async def agenerate(self: CallbackRollout, prompt_ids: list[int],
+async def agenerate(self: CallbackEngine, prompt_ids: list[int],
                     params: SamplingParams | None = None) -> GenerateOutput:
     "POST one turn (token-in, with the seed's response_mask) and return what the engine sampled."
     p, n = params or SamplingParams(), len(prompt_ids)
@@ -306,7 +306,7 @@ async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
     scored = self.settings.reward_fn if ('answer' in task or 'ground_truth' in task) else None
     manager = self.tools_for(req.tools)
     agent = ToolAgent(system_prompt='', parser_name=self.settings.parser)
-    cb = CallbackRollout(self.clients(), req, agent, manager.schemas)
+    cb = CallbackEngine(self.clients(), req, agent, manager.schemas)
     sp = req.sampling_params
     cfg = CollectConfig(max_turns=req.max_turns, max_seq_len=req.max_tokens_total,
                         max_concurrency=1,
@@ -316,7 +316,7 @@ async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
                                                 stop_token_ids=tuple(sp.stop_token_ids)))
     env_fn = lambda t: ToolEnvironment(t, tools=manager, reward_fn=scored, max_turns=req.max_turns)
     try:
-        col = TrajectoryCollectEngine(cb, tok, env_fn, agent_fn=lambda t: agent, config=cfg)
+        col = TrajectoryCollector(cb, tok, env_fn, agent_fn=lambda t: agent, config=cfg)
         seeds = {k: int(md[k]) for k in ('env_seed', 'sampling_seed') if isinstance(md.get(k), int)}
         traj = await col.collect(task, episode_id=req.rollout_id, **seeds)
     except Exception as e: return failed(f'{type(e).__name__}: {e}')

@@ -11,7 +11,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 from fastcore.basics import patch
-from .rollout import BaseRollout, GenerateOutput, SamplingParams, as_params_list
+from .rollout import BaseEngine, GenerateOutput, SamplingParams, as_params_list
 from .parsers import ParseResult, ToolParser, get_tool_parser
 from .chat import chat_format
 from .http_plumbing import (CLIENT_LIMITS, BackgroundServer, check_api_key,
@@ -20,7 +20,7 @@ from .http_plumbing import (CLIENT_LIMITS, BackgroundServer, check_api_key,
 # %% auto #0
 __all__ = ['EngineHTTPError', 'ChatMessage', 'SamplingFields', 'ChatRequest', 'CompletionRequest', 'EngineServer',
            'template_message', 'openai_tool_call', 'PlainTextParser', 'GenerateRequest', 'params_from_json',
-           'params_to_json', 'HttpRollout']
+           'params_to_json', 'HttpEngine']
 
 # %% ../nbs/13_server.ipynb #64c18e46
 _log = logging.getLogger(__name__)
@@ -95,8 +95,8 @@ def _engine_app(srv: EngineServer) -> FastAPI:
 
 # %% ../nbs/13_server.ipynb #976bfcfb
 class EngineServer:
-    "OpenAI-compatible chat/completions/models over a BaseRollout, with token ids and logprobs."
-    def __init__(self, engine: BaseRollout, tokenizer, # renders messages; decodes samples
+    "OpenAI-compatible chat/completions/models over a BaseEngine, with token ids and logprobs."
+    def __init__(self, engine: BaseEngine, tokenizer, # renders messages; decodes samples
                  *, model: str = 'tunix-agentic', # the model id /v1/models lists
                  parser: str = 'qwen', # tool-call parser name (`parsers.get_tool_parser`)
                  api_key: str | None = None, # required bearer token (None: open)
@@ -285,8 +285,8 @@ async def generate_batch(self: EngineServer, req: GenerateRequest) -> dict:
             'policy_version': int(self.engine.policy_version)}
 
 # %% ../nbs/13_server.ipynb #58aa297a
-class HttpRollout(BaseRollout):
-    "A BaseRollout that samples from an EngineServer's /generate over HTTP."
+class HttpEngine(BaseEngine):
+    "A BaseEngine that samples from an EngineServer's /generate over HTTP."
     def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 120.0,
                  retries: int = 3, backoff_s: float = 0.2):
         self.url, self.retries, self.backoff_s = url.rstrip('/'), retries, backoff_s
@@ -315,7 +315,7 @@ class HttpRollout(BaseRollout):
         self.policy_version = r.get('policy_version', self.policy_version)
         return [GenerateOutput(**o) for o in r['outputs']]
     def update_params(self, params: Any, version: int | None = None):
-        raise NotImplementedError('HttpRollout samples from a remote engine: push weights to the '
+        raise NotImplementedError('HttpEngine samples from a remote engine: push weights to the '
                                   'engine behind the EngineServer (engine.update_params) on that '
                                   'host')
     def close(self): super().close(); self.client.close()

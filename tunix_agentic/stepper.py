@@ -31,27 +31,27 @@ class EpisodeStepper(_Shows):
     def __init__(self, envs: Any, # `envs.EnvGroup`, or `{name: task -> BaseEnv}`
                  tasks: Sequence[dict], # task rows
                  tokenizer, # the chat tokenizer (also decodes the token strip)
-                 policies: Any = None, # `BaseRollout`, `{name: BaseRollout}`, None (typing only)
+                 engines: Any = None, # `BaseEngine`, `{name: BaseEngine}`, None (typing only)
                  config: Any = None, # `collector.CollectConfig` (budgets and sampling)
                  agent_fn: Callable[[dict], Any] | None = None, # task -> agent
                  seed: int = 0, # the env seed of the first episode
                  max_tokens: int = 4096): # cut long token strips
-        from tunix_agentic.rollout import BaseRollout
+        from tunix_agentic.rollout import BaseEngine
         if not tasks: raise ValueError('EpisodeStepper needs at least one task')
         self.envs, self.tasks, self.tokenizer = envs, list(tasks), tokenizer
         self.max_tokens = max_tokens
-        if isinstance(policies, BaseRollout): policies = {type(policies).__name__: policies}
-        self.policies: dict[str, Any] = dict(policies or {})
+        if isinstance(engines, BaseEngine): engines = {type(engines).__name__: engines}
+        self.engines: dict[str, Any] = dict(engines or {})
         self.driver = EpisodeDriver(tokenizer, None, config, agent_fn)
         names = list(getattr(envs, 'names', None) or envs)
         self.env_dropdown = W.Dropdown(options=names, description='env')
         self.task_dropdown = W.Dropdown(options=[], description='task',
                                         layout=W.Layout(width='60%'))
         self.seed_input = W.IntText(seed, description='seed', layout=W.Layout(width='160px'))
-        self.policy_dropdown = W.Dropdown(options=list(self.policies) or ['(none: type below)'],
-                                          description='policy', disabled=not self.policies)
+        self.engine_dropdown = W.Dropdown(options=list(self.engines) or ['(none: type below)'],
+                                          description='engine', disabled=not self.engines)
         self.step_button = W.Button(description='Step', button_style='primary',
-                                    tooltip='the policy plays one turn')
+                                    tooltip='the engine plays one turn')
         self.back_button = W.Button(description='Back', tooltip='undo the last turn')
         self.reset_button = W.Button(description='Reset', tooltip='start the episode again')
         self.text_input = W.Textarea(placeholder='type the assistant turn (tool calls as the '
@@ -69,13 +69,13 @@ class EpisodeStepper(_Shows):
 def _wire(self: EpisodeStepper):
     self.env_dropdown.observe(lambda ch: self._fill_tasks(), names='value')
     self.task_dropdown.observe(lambda ch: None if self._filling else self.reset(), names='value')
-    self.policy_dropdown.observe(lambda ch: self._redraw(), names='value')
+    self.engine_dropdown.observe(lambda ch: self._redraw(), names='value')
     self.step_button.on_click(lambda b: self.step())
     self.send_button.on_click(lambda b: self.send())
     self.back_button.on_click(lambda b: self.back())
     self.reset_button.on_click(lambda b: self.reset())
     self._filling = False
-    controls = W.VBox([W.HBox([self.env_dropdown, self.seed_input, self.policy_dropdown]),
+    controls = W.VBox([W.HBox([self.env_dropdown, self.seed_input, self.engine_dropdown]),
                        self.task_dropdown,
                        W.HBox([self.step_button, self.back_button, self.reset_button]),
                        W.HBox([self.text_input, self.send_button]), self.state_html, self.message])
@@ -135,8 +135,8 @@ def reset(self: EpisodeStepper):
 
 @patch
 def step(self: EpisodeStepper):
-    "The chosen policy plays one turn."
-    self.driver.policy = self.policies.get(self.policy_dropdown.value)
+    "The chosen engine plays one turn."
+    self.driver.engine = self.engines.get(self.engine_dropdown.value)
     self._act('step', lambda: self.driver.step())
 
 @patch
@@ -164,7 +164,7 @@ def trajectory(self: EpisodeStepper) -> Trajectory | None:
 def _redraw(self: EpisodeStepper):
     d, t = self.driver, self.trajectory
     running = d.enc is not None and not d.done
-    self.step_button.disabled = not (running and self.policies)
+    self.step_button.disabled = not (running and self.engines)
     self.send_button.disabled = not running
     self.back_button.disabled = d.turn == 0
     if t is None or d.enc is None:
