@@ -1,5 +1,6 @@
 """Shared pytest setup: markers that mirror the notebook flags, CPU JAX by default, gpu tests skipped
-where no accelerator is present, and the independent mask oracle of the golden-mask tests."""
+where no accelerator is present, the independent mask oracle of the golden-mask tests, and the
+scripted calculator episode (`CALC_TASK`, `CALC_SCRIPT`, `calc_group`) that several files drive."""
 import os
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
@@ -39,3 +40,23 @@ def _oracle_mask(ids: list[int], prompt_len: int, header: list[int], end_id: int
 def oracle_mask():
     "The independent mask oracle the golden-mask tests compare the encoder's mask with."
     return _oracle_mask
+
+
+# The scripted calculator episode: `12*34+17` by a multiply call, an add call, then the answer
+# (Hermes/Qwen `<tool_call>` format). Test files import these: `from conftest import CALC_SCRIPT`.
+CALC_TASK = {'task_type': 'calc', 'question': 'What is 12*34+17?', 'answer': '#### 425'}
+CALC_ANSWER = '12*34 = 408 and 408 + 17 = 425. #### 425'
+CALC_SCRIPT = ['<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n</tool_call>',
+               '<tool_call>\n{"name": "add", "arguments": {"a": 408, "b": 17}}\n</tool_call>',
+               CALC_ANSWER]
+QA_TASK = {'task_type': 'qa', 'question': 'Capital of France?', 'answer': 'Paris'}
+
+
+def calc_group(max_turns: int = 5, extra_tools: tuple = (), qa: bool = False):
+    "An `EnvGroup` with the calculator tools under 'calc' (gsm8k reward); `qa` adds a single-turn 'qa'."
+    from tunix_agentic.builtin_tools import calculator_tools
+    from tunix_agentic.envs import EnvGroup, EnvSpec
+    specs = {'calc': EnvSpec(env='tool', tools=calculator_tools() + list(extra_tools),
+                             reward_fn='gsm8k', max_turns=max_turns)}
+    if qa: specs['qa'] = EnvSpec(env='single_turn', reward_fn='exact_match', max_turns=1)
+    return EnvGroup(specs)

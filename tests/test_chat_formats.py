@@ -6,7 +6,6 @@ import pytest
 from tunix_agentic.agents import ToolAgent
 from tunix_agentic.chat import EpisodeEncoder, chat_format, mask_runs, response_spans
 from tunix_agentic.collector import CollectConfig, TrajectoryCollector
-from tunix_agentic.envs import EnvGroup, EnvSpec
 from tunix_agentic.episode_driver import EpisodeDriver, run_async
 from tunix_agentic.rollout import SamplingParams, ScriptedEngine
 from tunix_agentic.server import EngineServer
@@ -14,12 +13,11 @@ from tunix_agentic.tokenizer import build_tiny_tokenizer
 from tunix_agentic.builtin_tools import calculator_tools
 from tunix_agentic.types import TrajectoryStatus as S
 
-TASK = {'task_type': 'calc', 'question': 'What is 12*34+17?', 'answer': '#### 425'}
-ANSWER = '12*34 = 408 and 408 + 17 = 425. #### 425'
+from conftest import CALC_ANSWER, CALC_SCRIPT, CALC_TASK, calc_group
+
+TASK, ANSWER, HERMES = CALC_TASK, CALC_ANSWER, CALC_SCRIPT
 LLAMA = ['{"name": "multiply", "parameters": {"a": 12, "b": 34}}',
          '{"name": "add", "parameters": {"a": 408, "b": 17}}', ANSWER]
-HERMES = ['<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n</tool_call>',
-          '<tool_call>\n{"name": "add", "arguments": {"a": 408, "b": 17}}\n</tool_call>', ANSWER]
 LLAMA_HDR = '<|start_header_id|>assistant<|end_header_id|>\n\n'
 GEMMA_TURN = '<end_of_turn>\n<start_of_turn>model\n'
 
@@ -38,9 +36,7 @@ CASES = {
 }
 
 
-def envs():
-    return EnvGroup({'calc': EnvSpec(env='tool', tools=calculator_tools(), reward_fn='gsm8k',
-                                     max_turns=5)})
+def envs(): return calc_group()
 
 
 def config():

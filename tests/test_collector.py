@@ -14,11 +14,10 @@ from tunix_agentic.tools import BaseTool
 from tunix_agentic.builtin_tools import calculator_tools
 from tunix_agentic.types import TrajectoryStatus as S
 
+from conftest import CALC_SCRIPT, CALC_TASK, calc_group
+
 TOK = build_tiny_tokenizer()
-SCRIPT = ['<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n</tool_call>',
-          '<tool_call>\n{"name": "add", "arguments": {"a": 408, "b": 17}}\n</tool_call>',
-          '12*34 = 408 and 408 + 17 = 425. #### 425']
-TASK = {'task_type': 'calc', 'question': 'What is 12*34+17?', 'answer': '#### 425'}
+SCRIPT, TASK = CALC_SCRIPT, CALC_TASK
 CALL_FOREVER = ['<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 1}}\n</tool_call>']
 
 
@@ -35,11 +34,6 @@ class Tracked(BaseTool):
         await asyncio.sleep(self.sleep_s); return 'ok', 0.0, {}
     async def release(self, instance_id, **kw):
         Tracked.live.discard(instance_id); await super().release(instance_id, **kw)
-
-
-def calc_group(max_turns=5, extra_tools=()):
-    return EnvGroup({'calc': EnvSpec(env='tool', tools=calculator_tools() + list(extra_tools),
-                                     reward_fn='gsm8k', max_turns=max_turns)})
 
 
 @pytest.mark.timeout(60)

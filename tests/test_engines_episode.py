@@ -16,26 +16,18 @@ from flax import nnx
 from tunix_agentic.chat import response_spans as _spans
 from tunix_agentic.collector import CollectConfig, TrajectoryCollector
 from tunix_agentic.default_model import default_model_dir, load_default
-from tunix_agentic.envs import EnvGroup, EnvSpec
 from tunix_agentic.rollout import ScriptedEngine, SamplingParams
 from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
-from tunix_agentic.builtin_tools import calculator_tools
 from tunix_agentic.types import TrajectoryStatus as S
 
-SCRIPT = ['<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n</tool_call>',
-          '<tool_call>\n{"name": "add", "arguments": {"a": 408, "b": 17}}\n</tool_call>',
-          '12*34 = 408 and 408 + 17 = 425. #### 425']
-TASK = {'task_type': 'calc', 'question': 'What is 12*34+17?', 'answer': '#### 425'}
+from conftest import CALC_SCRIPT, CALC_TASK, calc_group
+
+SCRIPT, TASK = CALC_SCRIPT, CALC_TASK
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=64)
 
 
-def envs():
-    return EnvGroup({'calc': EnvSpec(env='tool', tools=calculator_tools(), reward_fn='gsm8k',
-                                     max_turns=5)})
-
-
 def collect(engine, tok):
-    coll = TrajectoryCollector(engine, tok, envs(),
+    coll = TrajectoryCollector(engine, tok, calc_group(),
                                   config=CollectConfig.tiny(group_size=1, sampling=GREEDY,
                                                             episode_timeout_s=600.0))  # slow CI
     [t] = coll.run([TASK])

@@ -8,17 +8,17 @@ import asyncio
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tunix_agentic.builtin_tools import calculator_tools
 from tunix_agentic.collector import CollectConfig, TrajectoryCollector
 from tunix_agentic.episode import Episode
 from tunix_agentic.episode_driver import EpisodeDriver, run_async
-from tunix_agentic.envs import EnvGroup, EnvSpec
 from tunix_agentic.rollout import GenerateOutput, SamplingParams, ScriptedEngine, _sp_text_for
 from tunix_agentic.tokenizer import build_tiny_tokenizer
 from tunix_agentic.types import RewardOutput, TrajectoryStatus as S
 
+from conftest import CALC_TASK, calc_group
+
 TOK = build_tiny_tokenizer()
-TASK = {'task_type': 'calc', 'question': 'What is 12*34+17?', 'answer': '#### 425'}
+TASK = CALC_TASK
 ABORT, HANG = '<abort>', '<hang>'
 
 
@@ -49,9 +49,7 @@ class Script(ScriptedEngine):
         return await super().agenerate(prompt_ids, params)
 
 
-def envs():
-    return EnvGroup({'calc': EnvSpec(env='tool', tools=calculator_tools(), reward_fn='gsm8k',
-                                     max_turns=5)})
+def envs(): return calc_group()
 
 
 def strip(x):

@@ -232,24 +232,17 @@ def test_dump_viewer_reports_torn_line(dump_dir):
 # ---------------------------------------------------------------- episode stepper
 from tunix_agentic.collector import CollectConfig, TrajectoryCollector
 from tunix_agentic.dumps import DumpWriter
-from tunix_agentic.envs import EnvGroup, EnvSpec
 from tunix_agentic.rollout import ScriptedEngine, SamplingParams
 from tunix_agentic.tokenizer import build_tiny_tokenizer
 from tunix_agentic.builtin_tools import calculator_tools
+from conftest import CALC_SCRIPT, CALC_TASK, QA_TASK, calc_group
 
 TOK = build_tiny_tokenizer()
 IM_END = TOK.convert_tokens_to_ids('<|im_end|>')
-SCRIPT = ['<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n</tool_call>',
-          '<tool_call>\n{"name": "add", "arguments": {"a": 408, "b": 17}}\n</tool_call>',
-          '12*34 = 408 and 408 + 17 = 425. #### 425']
-TASK = {'task_type': 'calc', 'question': 'What is 12*34+17?', 'answer': '#### 425'}
-QA = {'task_type': 'qa', 'question': 'Capital of France?', 'answer': 'Paris'}
+SCRIPT, TASK, QA = CALC_SCRIPT, CALC_TASK, QA_TASK
 
 
-def group(max_turns=5):
-    return EnvGroup({'calc': EnvSpec(env='tool', tools=calculator_tools(), reward_fn='gsm8k',
-                                     max_turns=max_turns),
-                     'qa': EnvSpec(env='single_turn', reward_fn='exact_match', max_turns=1)})
+def group(max_turns=5): return calc_group(max_turns, qa=True)
 
 
 def no_timings(x):
