@@ -29,7 +29,7 @@ class DemoConfig:
     seed: int = 0
     n_train: int = 4000            # training problems (demonstrations come from the first ones)
     n_heldout: int = 256           # held-out problems, one sampled episode each
-    n_greedy: int = 64             # of those, how many are also run greedily (a diagnostic)
+    n_greedy: int = 128            # of those, how many are also run greedily (a diagnostic)
     n_demos: int = 3000            # teacher demonstrations for SFT
     teacher: Teacher = Teacher(wrong_tool=0.25, wrong_arg=0.05, wrong_answer=0.1)
     num_heads: int = 8             # the demo model: the default tiny Qwen2 with more, narrower heads
@@ -37,8 +37,7 @@ class DemoConfig:
     head_dim: int = 32
     sft_short_steps: int = 500     # SFT stage 1: rows without the shared system prompt
     sft_full_steps: int = 60       # SFT stage 2: the full context
-    sft_batch: int = 32            # rows per step of stage 1
-    sft_full_batch: int = 16       # rows per step of stage 2 (each row also attends to the ~500-token prefix)
+    sft_batch: int = 32
     sft_lr: float = 3e-3
     rl_steps: int = 16
     tasks_per_step: int = 8        # problems per GRPO step
@@ -54,7 +53,7 @@ class DemoConfig:
     tensorboard: bool = True       # TensorBoard events in <output_dir>/tb (if tensorboardX is installed)
     wandb_project: str | None = None  # also log to this W&B project (if wandb is installed)
     def __post_init__(self):
-        for f in ('n_train', 'n_heldout', 'n_greedy', 'n_demos', 'sft_batch', 'sft_full_batch', 'tasks_per_step', 'group_size',
+        for f in ('n_train', 'n_heldout', 'n_greedy', 'n_demos', 'sft_batch', 'tasks_per_step', 'group_size',
                   'max_turns', 'max_new_tokens', 'rl_micro_batches'):
             if getattr(self, f) < 1: raise ValueError(f'DemoConfig.{f} must be >= 1, got {getattr(self, f)}')
         for f in ('sft_short_steps', 'sft_full_steps', 'rl_steps'):
@@ -69,7 +68,7 @@ class DemoConfig:
     def tiny(cls, **kw) -> DemoConfig:
         "A seconds-long run of the whole pipeline (it learns nothing)."
         return cls(**{'n_train': 40, 'n_heldout': 5, 'n_demos': 16, 'sft_short_steps': 2,
-                      'sft_full_steps': 1, 'sft_batch': 4, 'sft_full_batch': 4, 'rl_steps': 1, 'tasks_per_step': 2,
+                      'sft_full_steps': 1, 'sft_batch': 4, 'rl_steps': 1, 'tasks_per_step': 2,
                       'group_size': 2, 'progress': False, **kw})
     def replace(self, **kw) -> DemoConfig: return dataclasses.replace(self, **kw)
 
@@ -88,8 +87,7 @@ def _engine(model, tok, rows: int):
     from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
     b = min(64, 1 << max(rows - 1, 0).bit_length())
     s = JaxEngine(model, tokenizer=tok, config=JaxEngineConfig(
-        max_batch=b, min_batch_bucket=b, min_prompt_bucket=64, min_gen_bucket=64, shared_prefix=16,
-        cascade=True))  # decode steps meet the shared prefix in one matmul instead of a copy per row
+        max_batch=b, min_batch_bucket=b, min_prompt_bucket=64, min_gen_bucket=64, shared_prefix=16))
     # lockstep: batches depend on the requests only, not on timing, so a rerun under load is identical
     s.max_batch_size, s.lockstep = b, True
     return s
@@ -117,12 +115,10 @@ def sft_warm_start(trainer: Trainer, demos: list[Trajectory], cfg: DemoConfig,
     from tqdm.auto import tqdm
     rng = random.Random(f'sft-{cfg.seed}')
     order = list(range(len(demos))); rng.shuffle(order)
-    total, losses, seen = cfg.sft_short_steps + cfg.sft_full_steps, [], 0
+    total, losses = cfg.sft_short_steps + cfg.sft_full_steps, []
     bar = tqdm(range(total), desc='SFT warm start', disable=not cfg.progress)
     for s in bar:
-        n = cfg.sft_batch if s < cfg.sft_short_steps else cfg.sft_full_batch
-        rows = [demos[order[(seen + i) % len(order)]] for i in range(n)]
-        seen += n
+        rows = [demos[order[(s * cfg.sft_batch + i) % len(order)]] for i in range(cfg.sft_batch)]
         batch = trainer.batch_from(rows, 'sft')
         if s < cfg.sft_short_steps: batch.pop('prefix', None)
         m = trainer.update(batch, 'sft')
@@ -179,7 +175,7 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
                                max_seq_len=cfg.max_seq_len, seed=cfg.seed)
         times['demonstrations_s'] = time.perf_counter() - t
         # few row lengths (each new one compiles the update again): SFT rows and RL rows past the prefix
-        pad, buckets = tok.convert_tokens_to_ids('<|endoftext|>'), (128, 144, 160, 192, 256, 384, 512, 768, 1024)
+        pad, buckets = tok.convert_tokens_to_ids('<|endoftext|>'), (128, 160, 192, 256, 384, 512, 768, 1024)
         sft = Trainer(model, TrainerConfig(learning_rate=cfg.sft_lr, warmup_steps=10, buckets=buckets,
                                            pad_id=pad, shared_prefix=16))
         t = time.perf_counter()
@@ -193,8 +189,7 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
         log.info('held-out success after SFT: %.1f%%', 100 * before['final_answer'])
         rl = Trainer(sft.model, TrainerConfig(
             learning_rate=cfg.rl_lr, buckets=buckets, pad_id=pad, temperature=cfg.temperature,
-            shared_prefix=16, micro_batches=cfg.rl_micro_batches, sort_micro_batches=True,
-            loss=LossConfig(advantage='grpo', aggregation='token-mean')))
+            shared_prefix=16, micro_batches=cfg.rl_micro_batches, loss=LossConfig(advantage='grpo', aggregation='token-mean')))
         loop = OnlineLoop(rl, _collector(engine, tok, cfg, cfg.group_size, cfg.seed, cfg.temperature),
                           train, LoopConfig(steps=max(cfg.rl_steps, 1), tasks_per_step=cfg.tasks_per_step,
                                             output_dir=str(out / 'grpo'), progress=cfg.progress,
