@@ -10,8 +10,10 @@ from safetensors.numpy import load_file as np_load
 from tunix_agentic.models import ModelConfig, Qwen2, KVCache, load_hf, save_hf, hf_state_dict
 
 
-def np_forward(sd: dict, hf: dict, tokens: np.ndarray) -> np.ndarray:
-    "Reference Qwen2/Qwen3 forward in float64 numpy, straight from HF tensor names and config."
+def np_forward(sd: dict, hf: dict, tokens: np.ndarray,
+               inv_freq: np.ndarray | None = None) -> np.ndarray:
+    """Reference Qwen2/Qwen3 forward in float64 numpy, straight from HF tensor names and config; a
+    scaled rope's frequencies come in `inv_freq` (Llama 3: `test_llama3.hf_inv_freq`)."""
     w = {k: np.asarray(v, np.float64) for k, v in sd.items()}
     eps, theta = hf['rms_norm_eps'], hf['rope_theta']
     H, K, hd = hf['num_attention_heads'], hf['num_key_value_heads'], hf['head_dim']
@@ -21,7 +23,7 @@ def np_forward(sd: dict, hf: dict, tokens: np.ndarray) -> np.ndarray:
     def norm(x, g): return g * x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
 
     def rot(x):  # x [T, heads, hd]
-        inv = theta ** (-np.arange(0, hd, 2) / hd)
+        inv = theta ** (-np.arange(0, hd, 2) / hd) if inv_freq is None else inv_freq
         ang = np.arange(T)[:, None] * inv[None]
         c, s = np.cos(np.concatenate([ang, ang], -1)), np.sin(np.concatenate([ang, ang], -1))
         x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
@@ -74,19 +76,24 @@ VARIANTS = {
 }
 
 
+def f64_parity(cfg, tmp_path, toks, load=load_hf, inv_freq_fn=None):
+    """Save a randomized `Qwen2(cfg)`, load it back with `load`, run both it and `np_forward` (rope
+    frequencies from `inv_freq_fn(hf config)` if given): max |diff|, reference, ours, sd, hf."""
+    save_hf(_randomize(Qwen2(cfg, rngs=nnx.Rngs(0))), cfg, tmp_path)
+    hf = json.loads((tmp_path / 'config.json').read_text())
+    sd = np_load(str(tmp_path / 'model.safetensors'))
+    ref = np_forward(sd, hf, toks, None if inv_freq_fn is None else inv_freq_fn(hf))
+    loaded, c2 = load(tmp_path)
+    assert c2 == cfg
+    ours = np.asarray(loaded(jnp.asarray(toks)[None]))[0]
+    return np.abs(ours - ref).max(), ref, ours, sd, hf
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize('variant', list(VARIANTS))
 def test_parity_f64_numpy(tmp_path, variant):
     cfg = ModelConfig.tiny(vocab_size=300, **VARIANTS[variant])
-    model = _randomize(Qwen2(cfg, rngs=nnx.Rngs(0)))
-    save_hf(model, cfg, tmp_path)
-    hf = json.loads((tmp_path / 'config.json').read_text())
-    sd = np_load(str(tmp_path / 'model.safetensors'))
-    toks = np.array([1, 7, 42, 299, 0, 13, 5, 77, 150, 3, 8])
-    ref = np_forward(sd, hf, toks)
-    loaded, _ = load_hf(tmp_path)
-    ours = np.asarray(loaded(jnp.asarray(toks)[None]))[0]
-    err = np.abs(ours - ref).max()
+    err, ref, *_ = f64_parity(cfg, tmp_path, np.array([1, 7, 42, 299, 0, 13, 5, 77, 150, 3, 8]))
     assert err < 1e-4, f'{variant}: max |f32 - f64| = {err}'
     print(f'{variant}: max |f32 logits - f64 numpy| = {err:.2e} (logit std {ref.std():.2f})')
     assert ref.std() > 0.1  # a non-degenerate model

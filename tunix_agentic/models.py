@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses, json, logging, math, os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import jax, jax.numpy as jnp
 import numpy as np
@@ -26,6 +26,7 @@ _DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16, 'float16': jnp.floa
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     "Shape and numerics of a Qwen2/Qwen3 decoder."
+    ARCHS: ClassVar[dict[str, str]] = {'qwen2': 'Qwen2ForCausalLM', 'qwen3': 'Qwen3ForCausalLM'}
     arch: str = 'qwen2'              # 'qwen2' (q/k/v bias) or 'qwen3' (q/k RMSNorm)
     vocab_size: int = 512
     hidden_size: int = 128
@@ -46,8 +47,9 @@ class ModelConfig:
     eos_token_id: int | None = None
 
     def __post_init__(self):
-        if self.arch not in ('qwen2', 'qwen3'):
-            raise ValueError(f"ModelConfig.arch={self.arch!r}; expected 'qwen2' or 'qwen3'")
+        if self.arch not in self.ARCHS:
+            raise ValueError(f'{type(self).__name__}.arch={self.arch!r}; expected one of '
+                             f'{list(self.ARCHS)}')
         if self.dtype not in _DTYPES:
             raise ValueError(f'ModelConfig.dtype={self.dtype!r}; expected one of {list(_DTYPES)}')
         for f in ('vocab_size', 'hidden_size', 'intermediate_size', 'num_layers', 'num_heads',
@@ -61,6 +63,10 @@ class ModelConfig:
     @property
     def jnp_dtype(self): return _DTYPES[self.dtype]
 
+    def rope_inv_freq(self) -> np.ndarray | None:
+        "Rope frequencies that replace `rope_theta`'s (a scaled rope's); None here."
+        return None
+
     @classmethod
     def tiny(cls, **kw) -> ModelConfig:
         "The CPU test model: 2 layers, hidden 128, 2 query heads and 1 kv head of width 128."
@@ -69,38 +75,40 @@ class ModelConfig:
     def replace(self, **kw) -> ModelConfig: return dataclasses.replace(self, **kw)
 
 # %% ../nbs/08_models.ipynb #cd63424e
-_HF_ARCH = {'qwen2': 'Qwen2ForCausalLM', 'qwen3': 'Qwen3ForCausalLM'}
-
-@patch(cls_method=True)
-def from_hf_config(cls: ModelConfig, hf: dict, dtype: str | None = None) -> ModelConfig:
-    "Build a `ModelConfig` from the dict of an HF `config.json`."
-    mt = hf.get('model_type') or ''
-    arch = 'qwen3' if mt.startswith('qwen3') or 'Qwen3ForCausalLM' in hf.get('architectures', []) \
-        else 'qwen2'
-    rs = hf.get('rope_scaling')
-    if rs and rs.get('rope_type', rs.get('type')) not in (None, 'default'):
-        raise ValueError(f'rope_scaling={rs!r} is not supported; expected null or type "default"')
-    nh = hf['num_attention_heads']
-    attn_bias = hf.get('attention_bias', False)
-    eos = hf.get('eos_token_id')
-    return cls(arch=arch, vocab_size=hf['vocab_size'], hidden_size=hf['hidden_size'],
+def _hf_shape(hf: dict, dtype: str | None = None) -> dict:
+    "The `ModelConfig` fields every decoder family reads alike from an HF `config.json`."
+    nh, eos = hf['num_attention_heads'], hf.get('eos_token_id')
+    return dict(vocab_size=hf['vocab_size'], hidden_size=hf['hidden_size'],
         intermediate_size=hf['intermediate_size'], num_layers=hf['num_hidden_layers'],
         num_heads=nh, num_kv_heads=hf.get('num_key_value_heads', nh),
         head_dim=hf.get('head_dim') or hf['hidden_size'] // nh,
         rope_theta=float(hf.get('rope_theta', 10000.0)), rms_norm_eps=hf.get('rms_norm_eps', 1e-6),
         tie_word_embeddings=hf.get('tie_word_embeddings', False),
-        qkv_bias=True if arch == 'qwen2' else attn_bias,
-        o_bias=False if arch == 'qwen2' else attn_bias,
-        qk_norm=arch == 'qwen3', max_position_embeddings=hf.get('max_position_embeddings', 32768),
+        max_position_embeddings=hf.get('max_position_embeddings', 32768),
         dtype=dtype or {'bfloat16': 'bfloat16', 'float16': 'float16'}.get(hf.get('torch_dtype'),
                                                                         'float32'),
         bos_token_id=hf.get('bos_token_id'),
         eos_token_id=eos if not isinstance(eos, list) else eos[0])
 
+@patch(cls_method=True)
+def from_hf_config(cls: ModelConfig, hf: dict, dtype: str | None = None) -> ModelConfig:
+    "Build a `ModelConfig` from the dict of an HF `config.json`."
+    mt = hf.get('model_type') or ''
+    if mt and not mt.startswith('qwen'):
+        raise ValueError(f'model_type={mt!r}; expected qwen2 or qwen3 (Llama 3: the llama3 module)')
+    arch = 'qwen3' if mt.startswith('qwen3') or 'Qwen3ForCausalLM' in hf.get('architectures', []) \
+        else 'qwen2'
+    rs = hf.get('rope_scaling')
+    if rs and rs.get('rope_type', rs.get('type')) not in (None, 'default'):
+        raise ValueError(f'rope_scaling={rs!r} is not supported; expected null or type "default"')
+    attn_bias = hf.get('attention_bias', False)
+    return cls(arch=arch, **_hf_shape(hf, dtype), qkv_bias=True if arch == 'qwen2' else attn_bias,
+               o_bias=False if arch == 'qwen2' else attn_bias, qk_norm=arch == 'qwen3')
+
 @patch
 def to_hf_config(self: ModelConfig) -> dict:
     "The HF `config.json` dict for this config (explicit `head_dim`)."
-    d = dict(architectures=[_HF_ARCH[self.arch]], model_type=self.arch,
+    d = dict(architectures=[self.ARCHS[self.arch]], model_type=self.arch,
         vocab_size=self.vocab_size, hidden_size=self.hidden_size,
         intermediate_size=self.intermediate_size, num_hidden_layers=self.num_layers,
         num_attention_heads=self.num_heads, num_key_value_heads=self.num_kv_heads,
@@ -125,10 +133,12 @@ class RMSNorm(nnx.Module):
         return self.scale[...] * x32.astype(x.dtype)
 
 # %% ../nbs/08_models.ipynb #a2d7b1f6
-def rope(x_bthd: jax.Array, positions_bt: jax.Array, theta: float) -> jax.Array:
+def rope(x_bthd: jax.Array, positions_bt: jax.Array, theta: float,
+         inv_freq: np.ndarray | None = None, # `[head_dim // 2]` frequencies replacing theta's
+        ) -> jax.Array:
     "Apply rotary position embeddings (HF rotate-half layout) to `x_bthd`."
     hd = x_bthd.shape[-1]
-    inv_freq = 1.0 / (theta ** (jnp.arange(0, hd, 2, dtype=jnp.float32) / hd))
+    if inv_freq is None: inv_freq = 1.0 / (theta ** (jnp.arange(0, hd, 2, dtype=jnp.float32) / hd))
     ang_btf = positions_bt.astype(jnp.float32)[..., None] * inv_freq
     cos = jnp.cos(jnp.concatenate([ang_btf, ang_btf], -1))[:, :, None, :]
     sin = jnp.sin(jnp.concatenate([ang_btf, ang_btf], -1))[:, :, None, :]
@@ -204,7 +214,8 @@ class Attention(nnx.Module):
         k = self.k_proj(x_btd).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
         v = self.v_proj(x_btd).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
         if cfg.qk_norm: q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rope(q, positions_bt, cfg.rope_theta), rope(k, positions_bt, cfg.rope_theta)
+        fr = cfg.rope_inv_freq()
+        q, k = rope(q, positions_bt, cfg.rope_theta, fr), rope(k, positions_bt, cfg.rope_theta, fr)
         if kv is not None:
             k = jax.lax.dynamic_update_slice_in_dim(kv[0], k.astype(kv[0].dtype), index, axis=1)
             v = jax.lax.dynamic_update_slice_in_dim(kv[1], v.astype(kv[1].dtype), index, axis=1)
@@ -289,11 +300,13 @@ def _st_files(path: Path) -> list[Path]:
     if not files: raise FileNotFoundError(f'no *.safetensors in {path}; expected an HF model dir')
     return files
 
-def load_hf(path: str | os.PathLike, dtype: str | None = None) -> tuple[Qwen2, ModelConfig]:
-    "Load an HF-format Qwen2/Qwen3 checkpoint directory into `(model, cfg)`."
+def load_hf(path: str | os.PathLike, dtype: str | None = None,
+            config_cls: type = ModelConfig, # a `ModelConfig` class (Llama: `llama3.Llama3Config`)
+           ) -> tuple[Qwen2, ModelConfig]:
+    "Load an HF-format Qwen2/Qwen3 (or `config_cls`) checkpoint directory into `(model, cfg)`."
     from safetensors import safe_open
     path = Path(path)
-    cfg = ModelConfig.from_hf_config(json.loads((path / 'config.json').read_text()), dtype=dtype)
+    cfg = config_cls.from_hf_config(json.loads((path / 'config.json').read_text()), dtype=dtype)
     abstract = nnx.eval_shape(lambda: Qwen2(cfg, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)
     names, pure, seen = hf_param_names(abstract), nnx.to_pure_dict(state), set()

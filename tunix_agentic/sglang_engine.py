@@ -224,6 +224,17 @@ def _quiet_engine_signals():
         m = importlib.import_module(f'sgl_jax.srt.managers.{mod}')
         if not isinstance(getattr(m, 'psutil', None), _PsutilNoQuit): m.psutil = _PsutilNoQuit()
 
+# %% ../nbs/09a_sglang.ipynb #fa405db3
+def _fix_llama3_rope(model: nnx.Module) -> int:
+    "Make sglang-jax's Llama 3 rotary embeddings rotate with their scaled frequencies; count them."
+    n = 0
+    for _, node in nnx.iter_graph(model):
+        for v in (vars(node).values() if isinstance(node, nnx.Module) else ()):
+            if type(v).__name__ == 'Llama3RotaryEmbedding' and hasattr(v, '_inv_freq_np'):
+                v._inv_freq_np = np.asarray(v._compute_inv_freq(v.base), np.float32)
+                n += 1
+    return n
+
 # %% ../nbs/09a_sglang.ipynb #b61d57e3
 class SglangJaxEngine(BaseEngine):
     "sglang-jax Engine in-process as a `BaseEngine`, with weight hot-swap."
@@ -254,9 +265,11 @@ class SglangJaxEngine(BaseEngine):
 
 @patch
 def _attach(self: SglangJaxEngine):
-    "Find the model runner, record its weight names, clear the engine's implicit EOS set."
+    "Find the model runner, fix a Llama 3 rope, record the weight names, clear the implicit EOS."
     sched = self.engine.scheduler_info['scheduler']
     self.runner = getattr(sched.tp_worker, 'worker', sched.tp_worker).model_runner  # overlap or not
+    if _fix_llama3_rope(self.runner.model) and not self.config.disable_precompile:
+        self.runner.initialize_jit()   # precompiled with the unscaled rope: trace again
     paths = jax.tree_util.tree_flatten_with_path(nnx.split(self.runner.model)[1])[0]
     self.weight_names = [_keystr(p) for p, _ in paths]
     if len(self.weight_names) != len(self.runner.model_state_leaves):
