@@ -75,9 +75,14 @@ def cluster():
     from ray import cloudpickle  # Ray's own copy pickles actor classes and functions
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # test helpers travel by value
     tmp = tempfile.mkdtemp(prefix='tray', dir='/tmp')  # short: Ray's socket paths have a limit
-    env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'RAY_USAGE_STATS_ENABLED': '0',
+    # Ray >= 2.5x turns token auth on by itself once ~/.ray/auth_token exists (any local `ray.init()`
+    # writes one); the test cluster must not depend on what earlier Ray runs left in $HOME
+    auth = {'RAY_AUTH_MODE': 'disabled'}
+    env = {**os.environ, **auth, 'JAX_PLATFORMS': 'cpu', 'RAY_USAGE_STATS_ENABLED': '0',
            # patience on a loaded machine: the agents may take a minute to start
            'RAY_agent_register_timeout_ms': '300000', 'RAY_raylet_start_wait_time_s': '300'}
+    saved = {k: os.environ.get(k) for k in auth}
+    os.environ.update(auth)  # the driver (this process) must agree with the cluster
     gcs, client, dash, *ports = _free_ports(15)
     common = ['--num-cpus', '2', '--object-store-memory', str(100 * 2**20),
               '--node-ip-address', '127.0.0.1', '--disable-usage-stats']
@@ -100,6 +105,9 @@ def cluster():
         finally:
             _stop_cluster(tmp, node_ids)
             shutil.rmtree(tmp, ignore_errors=True)
+            for k, v in saved.items():
+                if v is None: os.environ.pop(k, None)
+                else: os.environ[k] = v
 
 
 # ---------------------------------------------------------------- the global limiter
