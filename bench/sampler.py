@@ -46,7 +46,7 @@ def main():
 
     # 1. vanilla sampler, end to end (prefill + decode loop, host in/out)
     vs = JaxEngine(model, config=JaxEngineConfig(max_batch=a.batch, min_batch_bucket=a.batch,
-                                                min_gen_bucket=a.new))
+                                                 min_gen_bucket=a.new))
     out_v = vs.generate(prompts, sp)
     assert all(len(o.token_ids) == a.new for o in out_v)
     t_van = timed(lambda: vs.generate(prompts, sp), a.reps)

@@ -73,7 +73,7 @@ def bench_a(tok, url: str, n: int, concurrency: int) -> dict:
     out = {}
     for c, k in ((1, max(n // 4, 10)), (concurrency, n)):
         local_s, turns = timed(TrajectoryCollector(ScriptedEngine(tok, SCRIPT), tok, env_fn,
-                                                       config=cfg(c)), k)
+                                                   config=cfg(c)), k)
         col = RemoteCollector(ScriptedEngine(tok, SCRIPT), tok, url, config=cfg(c))
         try: remote_s, rturns = timed(col, k)
         finally: col.close()

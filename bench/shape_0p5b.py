@@ -78,12 +78,12 @@ def part_decode(a) -> dict:
     ps, sp = prompts(a.batch), SamplingParams(temperature=0.0, max_new_tokens=a.new)
     model, _ = load_hf(CKPT)
     ours = JaxEngine(model, config=JaxEngineConfig(max_batch=a.batch, min_batch_bucket=a.batch,
-                                                  min_gen_bucket=a.new))
+                                                   min_gen_bucket=a.new))
     out_o = ours.generate(ps, sp)
     t_o = median_s(lambda: ours.generate(ps, sp), a.reps)
     del ours, model
     sg = SglangJaxEngine(CKPT, SglangConfig.cpu(timeout_s=1800, context_length=1024,
-                                                 max_total_tokens=8192, mem_fraction_static=0.3))
+                                                max_total_tokens=8192, mem_fraction_static=0.3))
     out_s = sg.generate(ps, sp)
     t_s = median_s(lambda: sg.generate(ps, sp), a.reps)
     same = sum(o.token_ids == s.token_ids for o, s in zip(out_o, out_s))
@@ -106,7 +106,7 @@ def part_turns(a) -> dict:
     sp = SamplingParams(temperature=0.0, max_new_tokens=a.new)
     model, _ = load_hf(CKPT)
     ours = JaxEngine(model, config=JaxEngineConfig(max_batch=a.batch, min_batch_bucket=a.batch,
-                                                  min_gen_bucket=a.new))
+                                                   min_gen_bucket=a.new))
     turns, cur = [], prompts(a.batch)
     for _ in range(3):  # the prompts of each turn, from our sampler's greedy outputs
         turns.append(cur)
@@ -119,7 +119,7 @@ def part_turns(a) -> dict:
     prefill = [sum(map(len, ps)) / len(ps) for ps in turns]
     del ours, model
     sg = SglangJaxEngine(CKPT, SglangConfig.cpu(timeout_s=1800, context_length=1024,
-                                                 max_total_tokens=8192, mem_fraction_static=0.3,
+                                                max_total_tokens=8192, mem_fraction_static=0.3,
                                                  disable_radix_cache=False))
     sps = [dict(temperature=0.0, max_new_tokens=a.new) for _ in range(a.batch)]
     gen = lambda ps: sg._call(lambda: sg.engine.generate(input_ids=ps, sampling_params=sps),

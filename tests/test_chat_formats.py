@@ -51,8 +51,8 @@ def collect(style):
     parser, script = CASES[style][:2]
     tok = build_tiny_tokenizer(style=style)
     coll = TrajectoryCollector(ScriptedEngine(tok, script, logprob=-0.25), tok, envs(),
-                                  agent_fn=lambda task: ToolAgent(parser_name=parser),
-                                  config=config())
+                               agent_fn=lambda task: ToolAgent(parser_name=parser),
+                               config=config())
     return tok, coll, coll.run([TASK])[0]
 
 

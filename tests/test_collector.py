@@ -68,7 +68,7 @@ def test_calculator_episode_golden_token_rules():
     assert m['response_tokens'] == sum(t.response_mask) and m['total_tokens'] == len(t.input_ids)
     assert abs(m['time_model_s'] + m['time_tools_s'] + m['time_framework_s'] - m['time_total_s']) < 1e-6
     assert coll.states[t.episode_id].history == ['pending', 'running', 'tool_calling', 'running',
-                                                'tool_calling', 'running', 'done']
+                                                 'tool_calling', 'running', 'done']
 
 
 def calculator_group_schemas():
@@ -87,8 +87,8 @@ solver = multiply_solver
 @pytest.mark.timeout(60)
 def test_groups_share_the_seeded_reset():
     coll = TrajectoryCollector(ScriptedEngine(TOK, solver), TOK,
-                                  lambda row: ToolEnvironment(arithmetic, calculator_tools(), 'gsm8k'),
-                                  config=CollectConfig.tiny(group_size=4, seed=5))
+                               lambda row: ToolEnvironment(arithmetic, calculator_tools(), 'gsm8k'),
+                               config=CollectConfig.tiny(group_size=4, seed=5))
     trajs = coll.run([{}, {}, {}])
     assert len(trajs) == 12 and all(t.status == S.DONE and t.reward == 1.0 for t in trajs)
     by_group = {}
@@ -104,8 +104,8 @@ def test_groups_share_the_seeded_reset():
     assert len(set(questions)) == 3  # different groups, different draws
     # reproducible: the same base seed draws the same tasks again
     again = TrajectoryCollector(ScriptedEngine(TOK, solver), TOK,
-                                    lambda row: ToolEnvironment(arithmetic, calculator_tools(), 'gsm8k'),
-                                    config=CollectConfig.tiny(group_size=4, seed=5)).run([{}, {}, {}])
+                                lambda row: ToolEnvironment(arithmetic, calculator_tools(), 'gsm8k'),
+                                config=CollectConfig.tiny(group_size=4, seed=5)).run([{}, {}, {}])
     assert [t.messages[1]['content'] for t in again] == [t.messages[1]['content'] for t in trajs]
     # a task's own seed is its env seed
     seeded = coll.run([{'seed': 99}, {'seed': 99}])
@@ -120,7 +120,7 @@ def test_groups_share_the_seeded_reset():
 def test_over_size_ends_cleanly_with_max_length(room, turns, truncated):
     Tracked.live.clear()
     make = lambda n: TrajectoryCollector(ScriptedEngine(TOK, SCRIPT), TOK, calc_group(extra_tools=[Tracked()]),
-                                             config=CollectConfig.tiny(group_size=2, max_seq_len=n))
+                                         config=CollectConfig.tiny(group_size=2, max_seq_len=n))
     prompt_len = make(4096).run([TASK])[0].prompt_len
     coll = make(prompt_len + room)
     for t in coll.run([TASK]):
@@ -135,12 +135,12 @@ def test_over_size_ends_cleanly_with_max_length(room, turns, truncated):
 @pytest.mark.timeout(60)
 def test_max_turns_from_env_and_from_config():
     coll = TrajectoryCollector(ScriptedEngine(TOK, CALL_FOREVER), TOK, calc_group(max_turns=3),
-                                  config=CollectConfig.tiny(group_size=2, max_turns=10))
+                               config=CollectConfig.tiny(group_size=2, max_turns=10))
     for t in coll.run([TASK]):  # the env's budget (3)
         assert (t.status, t.metrics['turns'], t.metrics['tool_calls']) == (S.MAX_TURNS, 3, 3)
         assert len(spans(t.response_mask)) == 3 and t.input_ids[-1] == TOK.convert_tokens_to_ids('<|im_end|>')
     coll = TrajectoryCollector(ScriptedEngine(TOK, CALL_FOREVER), TOK, calc_group(max_turns=8),
-                                  config=CollectConfig.tiny(group_size=1, max_turns=2))
+                               config=CollectConfig.tiny(group_size=1, max_turns=2))
     [t] = coll.run([TASK])  # the engine's budget (2)
     assert (t.status, t.metrics['turns']) == (S.MAX_TURNS, 2)
 
@@ -155,12 +155,12 @@ class SlowEngine(ScriptedEngine):
 def test_timeout_status_from_slow_model_and_slow_tool():
     Tracked.live.clear()
     coll = TrajectoryCollector(SlowEngine(TOK, SCRIPT), TOK, calc_group(extra_tools=[Tracked()]),
-                                  config=CollectConfig.tiny(group_size=2, episode_timeout_s=0.1))
+                               config=CollectConfig.tiny(group_size=2, episode_timeout_s=0.1))
     for t in coll.run([TASK]):
         assert t.status == S.TIMEOUT and 'exceeded' in t.error
     slow_tool = ['<tool_call>\n{"name": "tracked", "arguments": {}}\n</tool_call>']
     coll = TrajectoryCollector(ScriptedEngine(TOK, slow_tool), TOK, calc_group(extra_tools=[Tracked(5.0)]),
-                                  config=CollectConfig.tiny(group_size=3, episode_timeout_s=0.2))
+                               config=CollectConfig.tiny(group_size=3, episode_timeout_s=0.2))
     t0 = time.monotonic()
     trajs = coll.run([TASK])
     assert time.monotonic() - t0 < 4.0
@@ -184,10 +184,10 @@ def test_failures_become_error_status_never_exceptions():
         assert t.status == S.ERROR and msg in t.error
     def bad_env(row): raise ValueError('no such env')
     [t] = TrajectoryCollector(ScriptedEngine(TOK, SCRIPT), TOK, bad_env,
-                                  config=CollectConfig.tiny(group_size=1)).run([TASK])
+                              config=CollectConfig.tiny(group_size=1)).run([TASK])
     assert t.status == S.ERROR and 'no such env' in t.error and t.input_ids == []
     [t] = TrajectoryCollector(ScriptedEngine(TOK, SCRIPT), TOK, calc_group(),
-                                  config=CollectConfig.tiny(group_size=1)).run([{'task_type': 'web'}])
+                              config=CollectConfig.tiny(group_size=1)).run([{'task_type': 'web'}])
     assert t.status == S.ERROR and 'known task types' in t.error
 
 
@@ -202,7 +202,7 @@ def test_concurrency_cap_states_callback_batching_and_version():
     engine = ScriptedEngine(TOK, SCRIPT)
     engine.update_params(None, version=7)
     coll = TrajectoryCollector(engine, TOK, calc_group(), on_state=on_state,
-                                  config=CollectConfig.tiny(group_size=4, max_concurrency=6))
+                               config=CollectConfig.tiny(group_size=4, max_concurrency=6))
     trajs = coll.run([TASK] * 5)
     assert len(trajs) == 20 and all(t.status == S.DONE for t in trajs)
     assert peak[0] <= 6 and all(t.policy_version == 7 for t in trajs)
@@ -221,7 +221,7 @@ def test_routing_mixed_task_types_and_dumping(tmp_path):
         return SCRIPT[min(prompt.count('<|im_start|>assistant') - 1, 2)]
     with DumpWriter(tmp_path, 3) as w:
         coll = TrajectoryCollector(ScriptedEngine(TOK, respond), TOK, envs, on_trajectory=w.write,
-                                      config=CollectConfig.tiny(group_size=2))
+                                   config=CollectConfig.tiny(group_size=2))
         trajs = coll.run([TASK, {'task_type': 'qa', 'question': 'Capital of France?', 'answer': 'Paris'}], step=3)
     assert [(t.env_name, t.status, t.reward, t.metrics['turns']) for t in trajs] == \
         [('calc', S.DONE, 1.0, 3)] * 2 + [('qa', S.DONE, 1.0, 1)] * 2
@@ -252,7 +252,7 @@ def test_real_jax_sampler_token_in_token_out():
             return outs
     engine = Recording(model, cfg, tok)
     coll = TrajectoryCollector(engine, tok, calc_group(max_turns=2),
-                                  config=CollectConfig.tiny(group_size=2, max_seq_len=1024,
+                               config=CollectConfig.tiny(group_size=2, max_seq_len=1024,
                                                             sampling=SamplingParams(max_new_tokens=12)))
     trajs = coll.run([TASK])
     assert len(trajs) == 2
@@ -280,9 +280,9 @@ class Paying(BaseTool):
 def test_step_rewards_final_reward_and_discounted_returns():
     pay = '<tool_call>\n{"name": "pay", "arguments": {}}\n</tool_call>'
     coll = TrajectoryCollector(ScriptedEngine(TOK, [pay, pay, '#### 425']), TOK,
-                                  calc_group(extra_tools=[Paying()]),
-                                  final_reward_fn=lambda task, traj: 0.5,
-                                  config=CollectConfig.tiny(group_size=1, gamma=0.5))
+                               calc_group(extra_tools=[Paying()]),
+                               final_reward_fn=lambda task, traj: 0.5,
+                               config=CollectConfig.tiny(group_size=1, gamma=0.5))
     [t] = coll.run([TASK])
     assert t.status == S.DONE
     assert [s.reward for s in t.steps] == [0.25, 0.25, 1.5]  # tool rewards; answer 1.0 + final 0.5
@@ -293,12 +293,12 @@ def test_step_rewards_final_reward_and_discounted_returns():
 @pytest.mark.timeout(60)
 def test_rollout_data_dir_dumps_each_step(tmp_path):
     coll = TrajectoryCollector(ScriptedEngine(TOK, SCRIPT), TOK, calc_group(),
-                                  config=CollectConfig.tiny(group_size=2, rollout_data_dir=str(tmp_path)))
+                               config=CollectConfig.tiny(group_size=2, rollout_data_dir=str(tmp_path)))
     first = coll.run([TASK], step=0)
     coll.engine.update_params(None)
     second = coll.run([TASK, TASK], step=1)
     assert coll.run([TASK]) and sorted(p.name for p in tmp_path.iterdir()) == ['step_000000.jsonl',
-                                                                              'step_000001.jsonl']
+                                                                               'step_000001.jsonl']
     by_id = lambda ts: sorted((t.to_dict() for t in ts), key=lambda d: d['episode_id'])
     assert by_id(load_step(tmp_path, 0)) == by_id(first)  # finishing order may differ
     assert sorted(t.episode_id for t in load_step(tmp_path, 1)) == sorted(t.episode_id for t in second)
@@ -309,7 +309,7 @@ def test_rollout_data_dir_dumps_each_step(tmp_path):
 @pytest.mark.timeout(60)
 def test_prompt_longer_than_max_seq_len():
     coll = TrajectoryCollector(ScriptedEngine(TOK, SCRIPT), TOK, calc_group(),
-                                  config=CollectConfig.tiny(group_size=1, max_seq_len=100))
+                               config=CollectConfig.tiny(group_size=1, max_seq_len=100))
     [t] = coll.run([TASK])
     assert t.status == S.MAX_LENGTH and 'max_seq_len is 100' in t.error
     assert len(t.input_ids) == t.prompt_len == 100 and sum(t.response_mask) == 0

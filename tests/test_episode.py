@@ -63,7 +63,7 @@ def strip(x):
 def both(script, cfg, final=None, typed=False, logprob=-0.5):
     "The same episode through the collector and through the stepper's driver."
     coll = TrajectoryCollector(Script(TOK, script, logprob=logprob), TOK, envs(), config=cfg,
-                                  final_reward_fn=final)
+                               final_reward_fn=final)
     ref = run_async(coll.collect(TASK, env_seed=11))
     d = EpisodeDriver(TOK, None if typed else Script(TOK, script, logprob=logprob), cfg,
                       final_reward_fn=final)

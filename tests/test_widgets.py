@@ -265,7 +265,7 @@ def test_driver_matches_collector_token_for_token():
     run_async(d.reset(group().make(TASK), TASK, seed=11))
     while not d.done: t = run_async(d.step())
     coll = TrajectoryCollector(ScriptedEngine(TOK, SCRIPT, logprob=-0.75), TOK, group(),
-                                  config=cfg)
+                               config=cfg)
     ref = run_async(coll.collect(TASK, env_seed=11))
     for k in ('input_ids', 'response_mask', 'logprobs', 'messages', 'prompt_len', 'reward',
               'status'):
@@ -391,7 +391,7 @@ def test_buttons_work_inside_a_running_event_loop():
 @pytest.mark.timeout(120)
 def test_viewer_opens_collector_dumps_and_plots(tmp_path):
     coll = TrajectoryCollector(ScriptedEngine(TOK, SCRIPT), TOK, group(),
-                                  config=CollectConfig.tiny(group_size=2))
+                               config=CollectConfig.tiny(group_size=2))
     for step in range(2):
         trajs = coll.run([TASK, QA], step=step)
         with DumpWriter(tmp_path, step) as w:

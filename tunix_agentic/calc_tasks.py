@@ -129,7 +129,7 @@ def demonstrations(tasks: Sequence[dict], tokenizer, teacher: Teacher | None = N
     from tunix_agentic.collector import TrajectoryCollector, CollectConfig
     cfg = CollectConfig(max_turns=max_turns, max_seq_len=max_seq_len, seed=seed)
     coll = TrajectoryCollector(ScriptedEngine(tokenizer, teacher or Teacher()), tokenizer,
-                                     lambda t: calc_env(t, max_turns), agent_fn=calc_agent, config=cfg)
+                               lambda t: calc_env(t, max_turns), agent_fn=calc_agent, config=cfg)
     return coll.run(list(tasks))
 
 # %% ../nbs/10d_tasks.ipynb #ac185900
