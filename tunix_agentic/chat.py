@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from fastcore.basics import patch
 from .types import ToolCall
 from .tokens import (Drift, ChatDriftError, token_drift, truncate_tokens, escape_special_tokens,
-                                   mask_runs, response_spans)
+                                   mask_runs, response_spans, chat_renderer,
+                                   text_encoder, json_copy)
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,7 @@ class EpisodeEncoder:
         self._n_anchor = 0      # messages up to and including the last assistant turn
         self._closed = True     # did the last assistant turn end with the end-of-turn token?
         self.drift: Drift | None = None
+        self._render = self._encode = None  # `chat_renderer`, `text_encoder`: made on first use
         self.metrics = {'tool_tokens_cut': 0, 'tool_special_escaped': 0, 'history_rewrites': 0,
                         'drift_tokens': 0}
 
@@ -131,14 +133,15 @@ class EpisodeEncoder:
 @patch
 def render(self: EpisodeEncoder, messages: list[dict], add_generation_prompt: bool, **kw) -> str:
     "The chat template's text for `messages` (with our tools and template kwargs, unless `kw` overrides)."
-    return self.tokenizer.apply_chat_template(messages, **{'tools': self.tools, **kw}, tokenize=False,
-                                              add_generation_prompt=add_generation_prompt,
-                                              **self.chat_template_kwargs)
+    if self._render is None: self._render = chat_renderer(self.tokenizer)
+    return self._render(messages, add_generation_prompt, **{'tools': self.tools, **kw},
+                        **self.chat_template_kwargs)
 
 @patch
 def encode(self: EpisodeEncoder, text: str) -> list[int]:
     "Token ids of `text`, without added BOS/EOS."
-    return self.tokenizer.encode(text, add_special_tokens=False)
+    if self._encode is None: self._encode = text_encoder(self.tokenizer)
+    return self._encode(text)
 
 # %% ../nbs/03a_chat.ipynb #3c472925
 @patch
@@ -146,7 +149,7 @@ def _prepare(self: EpisodeEncoder, m: dict) -> dict:
     "Copy a message, turn `ToolCall`s into dicts, cut a tool message to the token budget."
     if not isinstance(m, dict) or 'role' not in m:
         raise ValueError(f'a chat message must be a dict with a "role", got {m!r}')
-    m = copy.deepcopy(m)
+    m = json_copy(m)
     if m.get('tool_calls'):
         m['tool_calls'] = [c.to_openai() if isinstance(c, ToolCall) else c for c in m['tool_calls']]
     if m['role'] == 'tool' and isinstance(m.get('content'), str):

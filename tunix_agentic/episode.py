@@ -12,6 +12,7 @@ from .types import Trajectory, TrajectoryStatus, RewardOutput
 from .rollout import GenerateOutput, SamplingParams
 from .rewards import mc_returns
 from .chat import ChatFormat, EpisodeEncoder, chat_format
+from .tokens import text_decoder
 
 # %% auto #0
 __all__ = ['EpisodeState', 'publish', 'derive_seed', 'checks_prefix', 'Request', 'Episode']
@@ -86,6 +87,7 @@ class Episode:
         self.config, self.env_seed, self.sampling_seed = config, env_seed, sampling_seed
         self.episode_id, self.group_id, self.on_state = episode_id, group_id, on_state
         self.fmt = fmt or chat_format(tokenizer)
+        self._decode = text_decoder(tokenizer)
         self.stops = tuple(sorted(set(config.sampling.stop_token_ids) | set(self.fmt.end_ids)))
         self.max_turns = min(config.max_turns, getattr(env, 'max_turns', config.max_turns))
         self.state = state or EpisodeState(episode_id, group_id)
@@ -171,7 +173,7 @@ async def _turn(self: Episode, out: GenerateOutput, source: str, budget: int):
         return self.end(_S.ERROR, 'the rollout engine aborted the request')
     ids = out.token_ids[:-1] if out.token_ids and out.token_ids[-1] in self.stops else out.token_ids
     kw = {'finish_reason': out.finish_reason} | ({} if source == 'policy' else {'source': source})
-    text = self.tokenizer.decode(ids, skip_special_tokens=False)
+    text = self._decode(ids)
     action = self.agent.update_from_model(text, **kw)
     enc.add_assistant(out.token_ids, out.logprobs, self.agent.chat_completions[-1])
     self.counts['parse_errors'] += len(action.parse_errors)

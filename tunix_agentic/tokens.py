@@ -4,10 +4,12 @@
 
 # %% ../nbs/03_tokens.ipynb #3dcfffc3
 from __future__ import annotations
+import copy
 from dataclasses import dataclass
 
 # %% auto #0
-__all__ = ['Drift', 'ChatDriftError', 'token_drift', 'truncate_tokens', 'escape_special_tokens', 'mask_runs', 'response_spans']
+__all__ = ['Drift', 'ChatDriftError', 'token_drift', 'chat_renderer', 'text_encoder', 'text_decoder', 'json_copy',
+           'truncate_tokens', 'escape_special_tokens', 'mask_runs', 'response_spans']
 
 # %% ../nbs/03_tokens.ipynb #b690315c
 @dataclass(frozen=True)
@@ -26,6 +28,7 @@ class ChatDriftError(ValueError):
 def token_drift(actual: list[int], expected: list[int]) -> Drift:
     "Compare two id lists: common prefix and suffix, the rest is drift."
     n, m = len(actual), len(expected)
+    if actual == expected: return Drift(0, None, m, n)  # the usual case, at C speed
     p = 0
     while p < min(n, m) and actual[p] == expected[p]: p += 1
     s = 0
@@ -33,12 +36,79 @@ def token_drift(actual: list[int], expected: list[int]) -> Drift:
     count = max(n, m) - p - s
     return Drift(count, p if count else None, m, n)
 
+# %% ../nbs/03_tokens.ipynb #7a3f0c02
+_RENDER_ARGS = frozenset(('conversation', 'conversations', 'messages', 'tools', 'documents',
+    'chat_template', 'add_generation_prompt', 'continue_final_message', 'tokenize', 'padding',
+    'truncation', 'max_length', 'return_tensors', 'return_dict', 'return_assistant_tokens_mask',
+    'tokenizer_kwargs'))
+
+def chat_renderer(tokenizer):
+    "`tokenizer.apply_chat_template(messages, tokenize=False, ...)`, its per-call setup done once."
+    slow = lambda messages, add_generation_prompt, **kw: tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=add_generation_prompt, **kw)
+    try:
+        from transformers import PreTrainedTokenizerBase as B
+        from transformers.utils.chat_template_utils import _compile_jinja_template as compile_
+    except ImportError: return slow
+    own = type(tokenizer).apply_chat_template is B.apply_chat_template
+    if not (isinstance(tokenizer, B) and own): return slow
+    special = tokenizer.special_tokens_map
+    def render(messages: list[dict], add_generation_prompt: bool, *, tools=None, **kw) -> str:
+        if (_RENDER_ARGS & kw.keys() or not messages or not isinstance(messages[0], dict)
+                or (tools is not None and not all(isinstance(t, dict) for t in tools))):
+            return slow(messages, add_generation_prompt, tools=tools, **kw)
+        template = compile_(tokenizer.get_chat_template(None, tools))
+        return template.render(messages=messages, tools=tools, documents=None,
+                               add_generation_prompt=add_generation_prompt, **{**special, **kw})
+    return render
+
+# %% ../nbs/03_tokens.ipynb #7a3f0c04
+def _fast_backend(tokenizer, *methods: str):
+    "The Rust tokenizer behind `tokenizer`, if none of `methods` is overridden by its class."
+    try: from transformers import PreTrainedTokenizerBase as B, PreTrainedTokenizerFast as F
+    except ImportError: return None
+    if not isinstance(tokenizer, F): return None
+    t = type(tokenizer)
+    if any(getattr(t, m) is not getattr(F, m, getattr(B, m, None)) for m in methods): return None
+    return tokenizer._tokenizer
+
+def text_encoder(tokenizer):
+    "`tokenizer.encode(text, add_special_tokens=False)`, in Rust where that is exact."
+    slow = lambda text: tokenizer.encode(text, add_special_tokens=False)
+    bt = _fast_backend(tokenizer, 'encode', 'encode_plus', '_encode_plus', '_batch_encode_plus')
+    if bt is None: return slow
+    split = bool(getattr(tokenizer, 'split_special_tokens', False))
+    def encode(text: str) -> list[int]:
+        if (type(text) is not str or bt.truncation is not None or bt.padding is not None
+                or bt.encode_special_tokens != split): return slow(text)  # HF resets those first
+        return bt.encode(text, add_special_tokens=False).ids
+    return encode
+
+def text_decoder(tokenizer):
+    "`tokenizer.decode(ids, skip_special_tokens=False)`, in Rust where that is exact."
+    slow = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
+    bt = _fast_backend(tokenizer, 'decode', '_decode')
+    if bt is None: return slow
+    def decode(ids: list[int]) -> str:
+        if tokenizer.clean_up_tokenization_spaces: return slow(ids)
+        return bt.decode([int(i) for i in ids], skip_special_tokens=False)
+    return decode
+
+# %% ../nbs/03_tokens.ipynb #7a3f0c06
+def json_copy(x):
+    "A deep copy of JSON-like data (dicts, lists, strings, numbers); `copy.deepcopy` of the rest."
+    t = type(x)
+    if t is dict: return {k: json_copy(v) for k, v in x.items()}
+    if t is list: return [json_copy(v) for v in x]
+    if t in (str, int, float, bool) or x is None: return x
+    return copy.deepcopy(x)
+
 # %% ../nbs/03_tokens.ipynb #e8cde434
 def truncate_tokens(tokenizer, text: str, max_tokens: int, side: str = 'middle') -> tuple[str, int]:
     "Cut `text` to at most `max_tokens` tokens at `side`; returns (text, tokens cut)."
     if side not in ('middle', 'left', 'right'):
         raise ValueError(f"side must be 'middle', 'left' or 'right', got {side!r}")
-    enc = lambda s: tokenizer.encode(s, add_special_tokens=False)
+    enc = text_encoder(tokenizer)
     ids = enc(text)
     n = len(ids)
     if max_tokens is None or n <= max_tokens: return text, 0
