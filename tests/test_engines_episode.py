@@ -5,7 +5,7 @@ A random tiny model never writes a tool call, so the default model is first taug
 forcing, a few hundred Adam steps on one sequence) to answer the calculator task with the scripted
 two tool calls and a final answer. The engines then *sample* that episode greedily; nothing is
 scripted at collection time."""
-import threading, time
+import threading
 
 import numpy as np
 import optax
@@ -81,23 +81,6 @@ def check(t, golden, model, name):
     return err
 
 
-def _end_thread():
-    raise SystemExit  # passes sglang-jax's `except Exception`: the thread ends quietly
-
-
-def _stop_scheduler_thread(sg):
-    """sglang-jax's in-process scheduler thread polls without sleeping for the life of the process,
-    taking the GIL from every later test (a GGUF read went from 40 s to over 15 min): end it."""
-    sched = sg.engine.scheduler_info['scheduler']
-    sched.recv_requests = _end_thread
-    if getattr(sched, '_comm_backend', None) is not None: sched._comm_backend.recv_requests = _end_thread
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(
-            th.name.startswith('sglang::scheduler') for th in threading.enumerate()):
-        time.sleep(0.1)
-    assert not any(th.name.startswith('sglang::scheduler') for th in threading.enumerate())
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_calculator_episode_through_both_engines():
@@ -118,8 +101,8 @@ def test_calculator_episode_through_both_engines():
         sg.update_params(model)        # the taught weights, hot-swapped into the engine
         ts = collect(sg, tok)
     finally:
-        sg.close()
-        _stop_scheduler_thread(sg)
+        sg.close()   # ends sglang-jax's scheduler thread (it used to spin for the life of the process)
+    assert not any(th.name.startswith('sglang::scheduler') for th in threading.enumerate())
     err_s = check(ts, golden, model, 'sglang')
     same = np.abs(np.asarray(ts.logprobs) - np.asarray(tv.logprobs)).max()
     assert same < 1e-4

@@ -1,6 +1,7 @@
 """The real sglang-jax engine (CPU, f32) against our NNX model and the vanilla sampler: greedy
-tokens, logprobs within 1e-4, weight hot-swap, and failures that surface within the timeout."""
-import time
+tokens, logprobs within 1e-4, weight hot-swap, failures that surface within the timeout, an idle
+engine that waits instead of spinning, and `close` ending the engine's threads."""
+import threading, time
 import numpy as np
 import pytest
 import jax, jax.numpy as jnp
@@ -162,3 +163,43 @@ def test_qwen3_checkpoint_parity_and_swap(tmp_path):
         assert [o.token_ids for o in a2] == [o.token_ids for o in b2] != [o.token_ids for o in a]
     finally:
         r.close()
+
+
+def _busy_polls(seconds: float) -> int:
+    "Receive calls a loop like sglang-jax's own (NOBLOCK, never sleeping) makes in `seconds`."
+    import zmq
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    sock.bind('inproc://busy')
+    n, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        try: sock.recv_pyobj(zmq.NOBLOCK)
+        except zmq.Again: n += 1
+    sock.close(); ctx.term()
+    return n
+
+
+@pytest.mark.timeout(600)
+def test_idle_engine_waits_and_close_ends_its_threads(ckpt):
+    d, model, cfg, tok, prompts = ckpt
+    r = SglangJaxEngine(d, SglangConfig.cpu(timeout_s=180))
+    try:
+        threads = dict(r._threads)
+        assert {'scheduler', 'detokenizer', 'watchdog'} <= set(threads), threads
+        greedy = SamplingParams(temperature=0.0, max_new_tokens=8)
+        first = r.generate(prompts[:2], greedy)
+        n0 = r._idle.calls
+        time.sleep(1.0)                               # idle: the scheduler waits in its poll
+        idle_calls = r._idle.calls - n0
+        busy = _busy_polls(1.0)                       # the old loop's receive, side by side
+        again = r.generate(prompts[:2], greedy)       # a request wakes it: same tokens
+        assert [o.token_ids for o in again] == [o.token_ids for o in first]
+        print(f'receive calls in 1 s idle: {idle_calls} (a busy loop: {busy})')
+        assert 1 <= idle_calls <= 2 / r.config.idle_poll_s + 2, idle_calls
+        assert idle_calls * 100 < busy, (idle_calls, busy)
+    finally:
+        r.close()
+    for role in ('scheduler', 'detokenizer', 'sync'):
+        assert role not in threads or not threads[role].is_alive(), role
+    r.close()                                         # closing twice is harmless
+    assert not any(t.is_alive() for role, t in threads.items() if role != 'watchdog')

@@ -20,6 +20,7 @@ from fastcore.basics import patch
 from flax import nnx
 
 from .rollout import BaseEngine, GenerateOutput, SamplingParams, as_params_list
+from .sglang_threads import IdleWait, engine_threads, end_engine_threads
 
 _log = logging.getLogger(__name__)
 
@@ -56,8 +57,13 @@ class SglangConfig:
     start_timeout_s: float = 300.0       # limit for Engine construction
     flush_retries: int = 5
     flush_retry_wait_s: float = 0.2
+    idle_poll_s: float = 0.05            # an idle scheduler's longest wait in one poll (see below)
+    close_timeout_s: float = 30.0        # limit for `close` to end the engine's threads
 
     def __post_init__(self):
+        if self.idle_poll_s <= 0 or self.close_timeout_s <= 0:
+            raise ValueError(f'SglangConfig.idle_poll_s and close_timeout_s must be > 0, got '
+                             f'{self.idle_poll_s} and {self.close_timeout_s}')
         if self.timeout_s <= 0 or self.start_timeout_s <= 0:
             raise ValueError(f'SglangConfig timeouts must be > 0, got timeout_s={self.timeout_s}, '
                              f'start_timeout_s={self.start_timeout_s}')
@@ -276,6 +282,11 @@ def _attach(self: SglangJaxEngine):
         raise EngineError(f'{len(self.weight_names)} state paths for '
                           f'{len(self.runner.model_state_leaves)} model_state_leaves')
     sched.model_config.hf_eos_token_id = None
+    self._sched, self._idle = sched, None
+    if (getattr(sched, 'recv_from_tokenizer', None) is not None
+            and getattr(sched, '_comm_backend', None) is None):
+        self._idle = sched.recv_requests = IdleWait(sched, self.config.idle_poll_s)
+    self._threads = engine_threads(self.engine, sched)
 
 # %% ../nbs/09a_sglang.ipynb #8f41dbb5
 def _sg_params(sp: SamplingParams, seed: int) -> dict:
@@ -351,7 +362,9 @@ def _cancel_loop_tasks(engine):
 
 @patch
 def close(self: SglangJaxEngine):
-    "Stop taking calls. (Engine.shutdown kills every child process of ours, so it is not called.)"
+    "Stop taking calls, end the engine's threads. (Not Engine.shutdown: it kills all our children.)"
+    if getattr(self, '_closed', False): return
+    self._closed = True
     super(SglangJaxEngine, self).close()
     engine = getattr(self, 'engine', None)
     tm = getattr(engine, 'tokenizer_manager', None)
@@ -360,3 +373,7 @@ def close(self: SglangJaxEngine):
         try: self._call(lambda: _cancel_loop_tasks(engine), 10.0, 'close')
         except EngineError as e: _log.debug('close: %s', e)
     self._call.close()
+    if getattr(self, '_threads', None):
+        left = end_engine_threads(engine, self._sched, self._threads, self._idle,
+                                  0.1 if self._call.broken else self.config.close_timeout_s)
+        if left: _log.warning('close: sglang-jax threads %s still run (a call hung in them)', left)
