@@ -70,6 +70,7 @@ def read_metrics(path: str | Path) -> list[dict]:
         except json.JSONDecodeError: pass
     return out
 
+# %% ../nbs/10c_loop.ipynb #a4ed84c3
 def plot_metrics(records: Sequence[dict], path: str | Path,
                  keys: Sequence[str] = ('reward', 'success', 'loss', 'kl', 'entropy', 'clip_frac',
                                         'grad_norm', 'tool_calls', 'dropped_stale'),
@@ -121,6 +122,7 @@ class MetricSinks:
         if self.wandb is not None: self.wandb.finish()
         self.tb = self.wandb = None
 
+# %% ../nbs/10c_loop.ipynb #bac21b39
 def read_tb_scalars(folder: str | Path) -> dict[str, list[tuple[int, float]]]:
     "Scalars of the TensorBoard event files in `folder`: tag -> [(step, value)] (needs tensorboardX)."
     import struct
@@ -172,6 +174,7 @@ def push_weights(self: OnlineLoop) -> float:
     self.engine.update_params(nnx.state(self.trainer.model), self.trainer.step)
     return time.perf_counter() - t
 
+# %% ../nbs/10c_loop.ipynb #e310fb26
 @patch
 def train_on(self: OnlineLoop, step: int, trajs: list[Trajectory], extra: dict) -> dict:
     "One GRPO update on `trajs`, then metrics, dumps, plot and checkpoint."
@@ -208,6 +211,7 @@ def _postfix(bar, rec):
                     loss=f"{rec['loss']:.3f}")
     bar.update(1)
 
+# %% ../nbs/10c_loop.ipynb #835da4d2
 @patch
 async def _run_sync(self: OnlineLoop) -> list[dict]:
     bar = _bar(self)
@@ -229,6 +233,7 @@ def _fresh(self: OnlineLoop, trajs: list[Trajectory]) -> list[Trajectory]:
     self.dropped_stale += dropped
     return keep
 
+# %% ../nbs/10c_loop.ipynb #b5b49087
 @patch
 async def _run_async(self: OnlineLoop) -> list[dict]:
     c = self.cfg
@@ -281,12 +286,14 @@ async def arun(self: OnlineLoop) -> list[dict]:
              self.out / 'rollouts')
     return recs
 
+# %% ../nbs/10c_loop.ipynb #4cdb88ea
 def run_coro(coro):
     "Run a coroutine from sync code; inside a running event loop (Jupyter) it runs in a thread."
     try: asyncio.get_running_loop()
     except RuntimeError: return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, coro).result()
 
+# %% ../nbs/10c_loop.ipynb #2011f707
 @patch
 def run(self: OnlineLoop) -> list[dict]:
     "Run the loop to the end (a fresh event loop, in a thread if one is already running)."

@@ -35,6 +35,7 @@ def _filter_logits(x_bv, top_k_b, top_p_b):
     pth = jnp.take_along_axis(srt, (n_keep - 1)[:, None], axis=-1)
     return jnp.where((x_bv >= kth) & (x_bv >= pth), x_bv, -jnp.inf)
 
+# %% ../nbs/09_sampler.ipynb #b760c4af
 def sample_step(logits_bv, keys_b, temp_b, top_k_b, top_p_b, use_filter: bool = True,
                 all_greedy: bool = False):
     "Sample one token per row; returns `(tokens_b, logprobs_b)` (logprobs before filtering)."
@@ -162,6 +163,7 @@ def update_params(self: JaxEngine, params: Any, version: int | None = None):
     else: raise TypeError(f'update_params expects an nnx.Module or nnx.State, got {type(params)}')
     super(JaxEngine, self).update_params(params, version)
 
+# %% ../nbs/09_sampler.ipynb #81f148fe
 @patch
 def _params(self: JaxEngine):
     graphdef, state = nnx.split(self.model)
@@ -179,6 +181,7 @@ def common_prefix_len(seqs: list[list[int]], multiple: int, max_len: int | None 
         if diff.size: n = int(diff[0])
     return max(n, 0) // multiple * multiple
 
+# %% ../nbs/09_sampler.ipynb #7cafb0db
 @patch
 def _run_batch(self: JaxEngine, prompts: list[list[int]], params: list[SamplingParams]):
     c, n = self.config, len(prompts)

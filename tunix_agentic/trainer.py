@@ -49,6 +49,7 @@ def bucket_length(n: int, buckets: Sequence[int]) -> int:
         if b >= n: return b
     return max(buckets)
 
+# %% ../nbs/10b_trainer.ipynb #3219ff40
 def shared_prefix_len(trajs: Sequence[Trajectory], multiple: int) -> int:
     "Tokens every trajectory shares before its first trained position, rounded down to `multiple`."
     if not trajs: return 0
@@ -57,6 +58,7 @@ def shared_prefix_len(trajs: Sequence[Trajectory], multiple: int) -> int:
             for t in trajs)
     return common_prefix_len([t.input_ids for t in trajs], multiple, max_len=n)
 
+# %% ../nbs/10b_trainer.ipynb #dfec07c8
 def make_batch(trajs: Sequence[Trajectory], *, pad_id: int = 0,
                buckets: Sequence[int] = (64, 128, 256, 512, 1024, 2048),
                row_multiple: int = 1, advantages: np.ndarray | None = None,
@@ -124,6 +126,7 @@ class TrainerConfig:
     def tiny(cls, **kw) -> TrainerConfig:
         return cls(**{'learning_rate': 1e-3, 'buckets': (32, 64, 128), **kw})
 
+# %% ../nbs/10b_trainer.ipynb #575ca97e
 def make_optimizer(cfg: TrainerConfig) -> optax.GradientTransformation:
     "Global-norm clipping, then AdamW (with linear warmup if `warmup_steps`)."
     lr = (optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps) if cfg.warmup_steps
@@ -144,6 +147,7 @@ def _logp(graphdef, params, rest, batch, temperature):
     logits = _forward(nnx.merge(graphdef, params, rest), batch)
     return token_logprobs(logits, batch['targets'], temperature)
 
+# %% ../nbs/10b_trainer.ipynb #490e3e78
 def sft_loss(params, graphdef, rest, batch, cfg: TrainerConfig, ref_params=None):
     "Masked cross-entropy on the mask-1 tokens, plus metrics."
     logp, ent = _logp(graphdef, params, rest, batch, 1.0)
@@ -219,6 +223,7 @@ def _row_multiple(self: Trainer) -> int:
         n *= math.prod(self.mesh.shape[a] for a in self.cfg.sharding.batch_axes)
     return n
 
+# %% ../nbs/10b_trainer.ipynb #a1391141
 @patch
 def batch_from(self: Trainer, trajs: Sequence[Trajectory], kind: str = 'grpo') -> dict:
     "A padded batch for this trainer (advantages computed for GRPO)."
@@ -240,6 +245,7 @@ def _device_batch(self: Trainer, batch: dict, keys: Sequence[str]) -> dict:
             batch['prefix'], jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())))
     return rows
 
+# %% ../nbs/10b_trainer.ipynb #aac494ba
 @patch
 def update(self: Trainer, batch: dict, kind: str = 'grpo') -> dict[str, float]:
     "One optimizer step of `kind` ('sft' or 'grpo') on a batch dict; returns float metrics."
