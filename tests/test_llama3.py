@@ -2,7 +2,7 @@
 frequencies against transformers' formula, parity with the independent float64 numpy forward of
 `test_models`, `JaxEngine` sampling and a GRPO step on it, and sglang-jax serving it (greedy tokens,
 logprobs, weight hot-swap), including the rope fix sglang-jax 0.1.0rc0 needs."""
-import math, time
+import json, math, time
 import numpy as np
 import pytest
 import jax, jax.numpy as jnp
@@ -166,3 +166,25 @@ def test_sglang_serves_llama3_parity_and_swap(tmp_path):
               f'{worst:.1e} before and {worst2:.1e} after a hot-swap ({push * 1e3:.0f} ms)')
     finally:
         r.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_real_shaped_sharded_round_trip(tmp_path):
+    "Llama 3.2-1B's widths (128k tied vocabulary, 32/8 heads of 64) with 2 layers, bf16, sharded."
+    from tunix_agentic.models import hf_state_dict
+    cfg = Llama3Config.llama3p2_1b(num_layers=2)
+    model = Qwen2(cfg, rngs=nnx.Rngs(0))
+    save_hf(model, cfg, tmp_path, max_shard_bytes=200 * 2**20)
+    index = json.loads((tmp_path / 'model.safetensors.index.json').read_text())
+    files = set(index['weight_map'].values())
+    assert len(files) > 1 and 'lm_head.weight' not in index['weight_map']
+    assert json.loads((tmp_path / 'config.json').read_text())['rope_scaling']['factor'] == 32.0
+    m2, c2 = load_hf(tmp_path)
+    assert c2 == cfg and c2.dtype == 'bfloat16'
+    a, b = hf_state_dict(model), hf_state_dict(m2)
+    assert a.keys() == b.keys() and all(a[k].dtype == b[k].dtype == jnp.bfloat16 for k in a)
+    assert all(bool((a[k] == b[k]).all()) for k in a)   # bit-exact
+    toks = jnp.asarray([[128000, 791, 6864, 315, 9822, 374]])
+    np.testing.assert_array_equal(np.asarray(model(toks), np.float32),
+                                  np.asarray(m2(toks), np.float32))
