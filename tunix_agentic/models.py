@@ -13,6 +13,7 @@ import jax, jax.numpy as jnp
 import numpy as np
 from fastcore.basics import patch
 from flax import nnx, struct
+from .attention import attend_rowwise
 
 _log = logging.getLogger(__name__)
 
@@ -179,6 +180,8 @@ def attend(q_bthd, k_bshd, v_bshd, mask_bts,
         mask_bts, n = jnp.concatenate([jnp.ones((b, t, n), bool), mask_bts], 2), 0
     kvh = k_bshd.shape[2]
     q = q_bthd.reshape(b, t, kvh, h // kvh, d)
+    if not n and t > 1 and jax.default_backend() == 'cpu':  # see `attention`: cache-sized rows on CPU
+        return attend_rowwise(q, k_bshd, v_bshd, mask_bts).reshape(b, t, h * d).astype(q_bthd.dtype)
     s = jnp.einsum('btkgd,bskd->bkgts', q, k_bshd, preferred_element_type=jnp.float32)
     s = jnp.where(mask_bts[:, None, None], s / math.sqrt(d), jnp.finfo(jnp.float32).min)
     if n:  # a decode step: all rows' queries meet the shared keys in one matmul, no copy per row

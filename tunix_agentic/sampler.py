@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_sampler.ipynb #a333fabf
 from __future__ import annotations
-import logging, math, time
+import logging, math, time, weakref
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -15,6 +15,7 @@ from fastcore.basics import patch
 from flax import nnx
 
 from .models import KVCache, ModelConfig, Qwen2
+from .prefix_cache import PrefixCache
 from .rollout import BaseEngine, GenerateOutput, SamplingParams, as_params_list
 
 _log = logging.getLogger(__name__)
@@ -49,26 +50,58 @@ def sample_step(logits_bv, keys_b, temp_b, top_k_b, top_p_b, use_filter: bool = 
         tok = jnp.where(greedy, tok, jax.vmap(jax.random.categorical)(keys_b, xf)).astype(jnp.int32)
     return tok, jnp.take_along_axis(logp, tok[:, None], -1)[:, 0]
 
+# %% ../nbs/09_sampler.ipynb #fe8b44eb
+def _past_cache(past_kv, past_len_b, mask_bp, max_new: int):
+    "A cache whose first `c` slots hold each row's earlier keys/values; its valid slots; `c`."
+    (L, b, c), p = past_kv[0].shape[:3], mask_bp.shape[1]
+    grow = lambda x: jnp.concatenate([x, jnp.zeros((b, p + max_new, *x.shape[2:]), x.dtype)], 1)
+    cache = KVCache(k=tuple(grow(x) for x in past_kv[0]), v=tuple(grow(x) for x in past_kv[1]),
+                    index=jnp.int32(c))
+    valid_bs = jnp.concatenate([jnp.arange(c)[None] < past_len_b[:, None], mask_bp.astype(bool),
+                                jnp.zeros((b, max_new), bool)], 1)
+    return cache, valid_bs, c
+
+def _kept_kv(cache, pre, valid_bs, length_b, max_new: int):
+    "Each row's keys/values of its prompt and all but its last sampled token, packed to the front."
+    b = valid_bs.shape[0]
+    keep = jnp.concatenate([valid_bs, jnp.arange(max_new)[None] < (length_b - 1)[:, None]], 1)
+    ks, vs = cache.k, cache.v
+    if pre is not None:  # cascade: the shared prefix sits in its own one-row cache
+        keep = jnp.concatenate([jnp.ones((b, pre.slots), bool), keep], 1)
+        ks, vs = ([jnp.concatenate([jnp.broadcast_to(x, (b, *x.shape[1:])), y], 1)
+                   for x, y in zip(xs, ys)] for xs, ys in ((pre.k, ks), (pre.v, vs)))
+    idx = jnp.argsort(~keep, axis=1, stable=True)[:, :, None, None]
+    pack = lambda xs: jnp.stack([jnp.take_along_axis(x, idx, 1) for x in xs])
+    return pack(ks), pack(vs), keep.sum(1)
+
 # %% ../nbs/09_sampler.ipynb #5197376d
-@partial(jax.jit, static_argnames=('graphdef', 'max_new', 'use_filter', 'all_greedy', 'cascade'))
+@partial(jax.jit, static_argnames=('graphdef', 'max_new', 'use_filter', 'all_greedy', 'cascade',
+                                   'keep_kv'))
 def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_b, max_new_b,
-                    stops_bk, keys_b, prefix_1q=None, *, max_new: int, use_filter: bool,
-                    all_greedy: bool = False, cascade: bool = False):
-    "Prefill plus KV-cache decode; returns `(tokens_bg, logprobs_bg, lengths_b, stopped_b)`."
+                    stops_bk, keys_b, prefix_1q=None,
+                    past_kv=None, # `(k, v)`, `[layers, b, c, kv_heads, head_dim]`: earlier tokens
+                    past_len_b=None, *, max_new: int, use_filter: bool, all_greedy: bool = False,
+                    cascade: bool = False, keep_kv: bool = False):
+    "Prefill plus KV-cache decode: `(tokens_bg, logprobs_bg, lengths_b, stopped_b[, kept])`."
     model = nnx.merge(graphdef, state)
     (b, p), q = tokens_bp.shape, 0 if prefix_1q is None else prefix_1q.shape[1]
     pre, r = None, 0 if cascade else q  # the prefix every row shares is prefilled once; r: its row slots
     if cascade and q:  # rows attend to it in place: a one-row cache, none of it in the rows' cache
         _, pre = model(prefix_1q, jnp.arange(q)[None], KVCache.init(model.cfg, 1, q))
-    cache = KVCache.init(model.cfg, 1 if r else b, r + p + max_new)
-    if r:  # ... or its keys/values are broadcast into every row's cache
-        _, cache = model(prefix_1q, jnp.arange(q)[None], cache)
-        cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (b, *x.shape[1:])) if x.ndim else x, cache)
-    valid_bs = jnp.concatenate([jnp.ones((b, r), bool), mask_bp.astype(bool),
-                                jnp.zeros((b, max_new), bool)], 1)
-    plen_b = q + mask_bp.sum(1).astype(jnp.int32)
-    logits, cache = model(tokens_bp, q + jnp.maximum(jnp.cumsum(mask_bp, 1) - 1, 0), cache, valid_bs,
-                          prefix=pre)
+    if past_kv is None:
+        cache = KVCache.init(model.cfg, 1 if r else b, r + p + max_new)
+        if r:  # ... or its keys/values are broadcast into every row's cache
+            _, cache = model(prefix_1q, jnp.arange(q)[None], cache)
+            cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (b, *x.shape[1:])) if x.ndim else x,
+                                 cache)
+        valid_bs = jnp.concatenate([jnp.ones((b, r), bool), mask_bp.astype(bool),
+                                    jnp.zeros((b, max_new), bool)], 1)
+    else:  # each row's own earlier keys/values fill its first `past_len_b` slots (no shared prefix)
+        cache, valid_bs, r = _past_cache(past_kv, past_len_b, mask_bp, max_new)
+    plen_b = (q if past_kv is None else past_len_b) + mask_bp.sum(1).astype(jnp.int32)
+    pos0 = q if past_kv is None else past_len_b[:, None]
+    logits, cache = model(tokens_bp, pos0 + jnp.maximum(jnp.cumsum(mask_bp, 1) - 1, 0), cache,
+                          valid_bs, prefix=pre)
     def step_keys(i): return jax.vmap(jax.random.fold_in, (0, None))(keys_b, i)
     sample = partial(sample_step, use_filter=use_filter, all_greedy=all_greedy)
     tok, lp = sample(logits[:, -1], step_keys(0), temp_b, top_k_b, top_p_b)
@@ -94,8 +127,9 @@ def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_
         return i + 1, cache, valid, tok, out_t, out_l, length, stopped, done
 
     c = (jnp.int32(1), cache, valid_bs, tok, out_t, out_l, length, stopped, done)
-    _, _, _, _, out_t, out_l, length, stopped, _ = jax.lax.while_loop(cond, body, c)
-    return out_t, out_l, length, stopped
+    _, cache, _, _, out_t, out_l, length, stopped, _ = jax.lax.while_loop(cond, body, c)
+    if not keep_kv: return out_t, out_l, length, stopped
+    return out_t, out_l, length, stopped, _kept_kv(cache, pre, valid_bs[:, :r + p], length, max_new)
 
 # %% ../nbs/09_sampler.ipynb #96154b6f
 def _bucket(n: int, lo: int) -> int: return max(lo, 1 << max(n - 1, 0).bit_length())
@@ -111,14 +145,17 @@ class JaxEngineConfig:
     shared_prefix: int = 0        # prefill a prefix all rows share once (a multiple of this; 0 = off)
     cascade: bool = False         # decode attends to that prefix in place instead of copying it per row
     seed: int = 0                 # seeds requests that carry none
+    prefix_cache_tokens: int = 0  # keep requests' keys/values (this many tokens, host memory) and
+                                  # prefill only what a new prompt adds to one of them (0 = off)
     def __post_init__(self):
         for f in ('max_batch', 'min_batch_bucket', 'min_prompt_bucket', 'min_gen_bucket',
                   'stop_bucket'):
             v = getattr(self, f)
             if v < 1 or v & (v - 1):
                 raise ValueError(f'JaxEngineConfig.{f}={v}; expected a power of two >= 1')
-        if self.shared_prefix < 0:
-            raise ValueError(f'JaxEngineConfig.shared_prefix={self.shared_prefix}; expected >= 0')
+        for f in ('shared_prefix', 'prefix_cache_tokens'):
+            if getattr(self, f) < 0:
+                raise ValueError(f'JaxEngineConfig.{f}={getattr(self, f)}; expected >= 0')
     @classmethod
     def tiny(cls) -> JaxEngineConfig:
         return cls(max_batch=8, min_batch_bucket=2, min_prompt_bucket=16, min_gen_bucket=16)
@@ -137,6 +174,9 @@ class JaxEngine(BaseEngine):
         self._rng = np.random.default_rng(self.config.seed)
         self.shapes_seen: set[tuple] = set()   # (batch, prefix, prompt, gen, stops, filter, greedy) run
         self.last_stats: dict = {}
+        self._counts = dict(prefill_tokens=0, reused_tokens=0)  # of the current `generate`
+        n = self.config.prefix_cache_tokens
+        self.prefix_cache, self._kv_weights = (PrefixCache(n) if n else None), None
 
     def generate(self, prompts: list[list[int]],
                  params: list[SamplingParams] | SamplingParams | None = None,
@@ -144,10 +184,11 @@ class JaxEngine(BaseEngine):
         "Sample a continuation of each prompt (token ids in, `GenerateOutput`s out)."
         params = as_params_list(params, len(prompts))
         t0, outs, mb = time.perf_counter(), [], self.config.max_batch
+        self._counts = dict(prefill_tokens=0, reused_tokens=0)
         for s in range(0, len(prompts), mb):  # `_run_batch` pads one chunk into its buckets
             outs += self._run_batch(list(map(list, prompts[s:s + mb])), params[s:s + mb])
         self.last_stats = dict(seconds=time.perf_counter() - t0, requests=len(prompts),
-                               new_tokens=sum(len(o.token_ids) for o in outs))
+                               new_tokens=sum(len(o.token_ids) for o in outs), **self._counts)
         return outs
 
 # %% ../nbs/09_sampler.ipynb #ada8c8e8
@@ -161,6 +202,7 @@ def update_params(self: JaxEngine, params: Any, version: int | None = None):
             raise ValueError(f'update_params: state tree does not match the model ({want})')
         self._state = jax.tree.map(lambda a: a, params)   # new containers, same arrays
     else: raise TypeError(f'update_params expects an nnx.Module or nnx.State, got {type(params)}')
+    if self.prefix_cache is not None: self.prefix_cache.clear()  # computed with the old weights
     super(JaxEngine, self).update_params(params, version)
 
 # %% ../nbs/09_sampler.ipynb #81f148fe
@@ -168,6 +210,34 @@ def update_params(self: JaxEngine, params: Any, version: int | None = None):
 def _params(self: JaxEngine):
     graphdef, state = nnx.split(self.model)
     return graphdef, (state if self._state is None else self._state)
+
+# %% ../nbs/09_sampler.ipynb #96d9e5b4
+def _take_past(self: JaxEngine, state, prompts: list[list[int]]) -> list:
+    "Per prompt, `(n, (k, v))` of its longest cached prefix, or None; empties a stale cache."
+    if self.prefix_cache is None: return [None] * len(prompts)
+    leaves = jax.tree.leaves(state)  # weights changed in place (no `update_params`): all stale
+    if self._kv_weights is None or len(leaves) != len(self._kv_weights) or any(
+            w() is not x for w, x in zip(self._kv_weights, leaves)):
+        self.prefix_cache.clear()
+        self._kv_weights = [weakref.ref(x) for x in leaves]
+    return self.prefix_cache.take(prompts)
+
+def _past_arrays(hits: list, b: int, cfg: ModelConfig, lo: int):
+    "The hits' keys/values, `[layers, b, c, kv_heads, head_dim]` (`c` bucketed), and lengths."
+    c = _bucket(max(h[0] for h in hits if h), lo)
+    shape = (cfg.num_layers, b, c, cfg.num_kv_heads, cfg.head_dim)
+    k, v, n = np.zeros(shape, cfg.jnp_dtype), np.zeros(shape, cfg.jnp_dtype), np.zeros(b, np.int32)
+    for i, h in enumerate(hits):
+        if h: n[i], k[:, i, :h[0]], v[:, i, :h[0]] = h[0], *h[1]
+    return (jnp.asarray(k), jnp.asarray(v)), jnp.asarray(n)
+
+def _keep_past(self: JaxEngine, full: list[list[int]], out_t, length, kept):
+    "Cache each row's keys/values under its prompt and all but its last sampled token."
+    k, v, n_kv = kept
+    for i, pr in enumerate(full):
+        seq = pr + out_t[i, :length[i] - 1].tolist()
+        assert n_kv[i] == len(seq), (i, n_kv[i], len(seq))  # what the model ran is what is keyed
+        self.prefix_cache.put(seq, (k[:, i, :len(seq)].copy(), v[:, i, :len(seq)].copy()))
 
 # %% ../nbs/09_sampler.ipynb #862d8b70
 def common_prefix_len(seqs: list[list[int]], multiple: int, max_len: int | None = None) -> int:
@@ -191,8 +261,13 @@ def _run_batch(self: JaxEngine, prompts: list[list[int]], params: list[SamplingP
     if bad:
         raise ValueError(f'generate: token id {bad[0]} outside vocab [0, {self.cfg.vocab_size})')
     b = min(_bucket(n, c.min_batch_bucket), c.max_batch)
-    q = common_prefix_len(prompts, c.shared_prefix)
-    prefix, prompts = prompts[0][:q], [pr[q:] for pr in prompts]
+    graphdef, state = self._params()
+    full, hits = prompts, _take_past(self, state, prompts)
+    q = 0 if any(hits) else common_prefix_len(prompts, c.shared_prefix)
+    cut = [h[0] if h else q for h in hits]
+    prefix, prompts = prompts[0][:q], [pr[k:] for pr, k in zip(prompts, cut)]
+    self._counts['prefill_tokens'] += q + sum(map(len, prompts))
+    self._counts['reused_tokens'] += sum(h[0] for h in hits if h)
     p = _bucket(max(map(len, prompts)), c.min_prompt_bucket)
     g = _bucket(max(sp.max_new_tokens for sp in params), c.min_gen_bucket)
     k = _bucket(max(len(sp.stop_token_ids) for sp in params), c.stop_bucket)
@@ -210,13 +285,16 @@ def _run_batch(self: JaxEngine, prompts: list[list[int]], params: list[SamplingP
     use_filter = any(sp.temperature > 0 and (sp.top_k > 0 or sp.top_p < 1) for sp in ps)
     all_greedy = all(sp.temperature <= 0 for sp in ps)
     arr = lambda f, dt: jnp.asarray(np.array([f(sp) for sp in ps], dt))
-    self.shapes_seen.add((b, q, p, g, k, use_filter, all_greedy))
-    graphdef, state = self._params()
+    past = _past_arrays(hits, b, self.cfg, c.min_prompt_bucket) if any(hits) else (None, None)
+    self.shapes_seen.add((b, q, p, g, k, use_filter, all_greedy) + (
+        (past[0][0].shape[2],) if any(hits) else ()))
     out = generate_tokens(graphdef, state, jnp.asarray(toks), jnp.asarray(mask),
         arr(lambda s: s.temperature, np.float32), arr(lambda s: s.top_k, np.int32),
         arr(lambda s: s.top_p, np.float32), arr(lambda s: s.max_new_tokens, np.int32),
         jnp.asarray(stops), keys, jnp.asarray([prefix], jnp.int32) if q else None,
-        max_new=g, use_filter=use_filter, all_greedy=all_greedy, cascade=self.config.cascade)
-    out_t, out_l, length, stopped = jax.device_get(out)
+        *past, max_new=g, use_filter=use_filter, all_greedy=all_greedy, cascade=self.config.cascade,
+        keep_kv=self.prefix_cache is not None)
+    out_t, out_l, length, stopped, *kept = jax.device_get(out)
+    if kept: _keep_past(self, full, out_t, length, *kept)
     return [GenerateOutput(out_t[i, :length[i]].tolist(), out_l[i, :length[i]].tolist(),
                            'stop' if stopped[i] else 'length') for i in range(n)]

@@ -4,12 +4,13 @@
 
 # %% ../nbs/03_tokens.ipynb #3dcfffc3
 from __future__ import annotations
-import copy
+import copy, functools, weakref
 from dataclasses import dataclass
 
 # %% auto #0
-__all__ = ['Drift', 'ChatDriftError', 'token_drift', 'chat_renderer', 'text_encoder', 'text_decoder', 'json_copy',
-           'truncate_tokens', 'escape_special_tokens', 'mask_runs', 'response_spans']
+__all__ = ['Drift', 'ChatDriftError', 'token_drift', 'compiled_template', 'chat_renderer', 'text_encoder', 'text_decoder',
+           'json_copy', 'AddedTokens', 'added_tokens', 'spliced_ids_ok', 'truncate_tokens', 'escape_special_tokens',
+           'mask_runs', 'response_spans']
 
 # %% ../nbs/03_tokens.ipynb #b690315c
 @dataclass(frozen=True)
@@ -41,25 +42,46 @@ _RENDER_ARGS = frozenset(('conversation', 'conversations', 'messages', 'tools', 
     'chat_template', 'add_generation_prompt', 'continue_final_message', 'tokenize', 'padding',
     'truncation', 'max_length', 'return_tensors', 'return_dict', 'return_assistant_tokens_mask',
     'tokenizer_kwargs'))
+_DICT_ATTRS = frozenset(dir(dict))
+
+@functools.lru_cache(maxsize=32)
+def compiled_template(source: str):
+    "transformers' compiled chat template, where `message.role` on a plain dict skips the sandbox's probe."
+    from transformers.utils.chat_template_utils import _compile_jinja_template as compile_
+    env = compile_(source).environment.overlay()  # same filters, globals, extensions and sandbox
+    slow, undefined = env.getattr, env.undefined
+    def getattr_(obj, attribute: str):  # what the sandbox returns for a dict key, without
+        if type(obj) is dict and attribute not in _DICT_ATTRS:  # its AttributeError first
+            try: return obj[attribute]
+            except KeyError: return undefined(obj=obj, name=attribute)
+        return slow(obj, attribute)
+    env.getattr = getattr_
+    return env.from_string(source)
+
+@functools.lru_cache(maxsize=32)
+def _special_names(source: str) -> tuple[str, ...]:
+    "The special-token variables (`bos_token`, ...) a chat template reads."
+    from jinja2 import meta
+    from transformers import PreTrainedTokenizerBase as B
+    used = meta.find_undeclared_variables(compiled_template(source).environment.parse(source))
+    return tuple(sorted(used & set(B.SPECIAL_TOKENS_ATTRIBUTES)))
 
 def chat_renderer(tokenizer):
     "`tokenizer.apply_chat_template(messages, tokenize=False, ...)`, its per-call setup done once."
     slow = lambda messages, add_generation_prompt, **kw: tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=add_generation_prompt, **kw)
-    try:
-        from transformers import PreTrainedTokenizerBase as B
-        from transformers.utils.chat_template_utils import _compile_jinja_template as compile_
+    try: from transformers import PreTrainedTokenizerBase as B
     except ImportError: return slow
     own = type(tokenizer).apply_chat_template is B.apply_chat_template
     if not (isinstance(tokenizer, B) and own): return slow
-    special = tokenizer.special_tokens_map
     def render(messages: list[dict], add_generation_prompt: bool, *, tools=None, **kw) -> str:
         if (_RENDER_ARGS & kw.keys() or not messages or not isinstance(messages[0], dict)
                 or (tools is not None and not all(isinstance(t, dict) for t in tools))):
             return slow(messages, add_generation_prompt, tools=tools, **kw)
-        template = compile_(tokenizer.get_chat_template(None, tools))
-        return template.render(messages=messages, tools=tools, documents=None,
-                               add_generation_prompt=add_generation_prompt, **{**special, **kw})
+        source = tokenizer.get_chat_template(None, tools)
+        special = {k: v for k in _special_names(source) if (v := getattr(tokenizer, k))}
+        return compiled_template(source).render(messages=messages, tools=tools, documents=None,
+                                                add_generation_prompt=add_generation_prompt, **{**special, **kw})
     return render
 
 # %% ../nbs/03_tokens.ipynb #7a3f0c04
@@ -102,6 +124,47 @@ def json_copy(x):
     if t is list: return [json_copy(v) for v in x]
     if t in (str, int, float, bool) or x is None: return x
     return copy.deepcopy(x)
+
+# %% ../nbs/03_tokens.ipynb #c0c56592
+@dataclass(frozen=True)
+class AddedTokens:
+    "A tokenizer's added tokens and whether encoding splits at them."
+    texts: tuple[str, ...]  # longest first
+    ids: frozenset[int]
+    splits: bool  # encode(a + b) == encode(a) + encode(b) where a ends or b starts with one
+
+_ADDED = weakref.WeakKeyDictionary()  # tokenizer -> (number of added tokens, AddedTokens)
+
+def added_tokens(tokenizer) -> AddedTokens:
+    "The added tokens of `tokenizer`, read once (and again when more are added)."
+    dec = getattr(tokenizer, 'added_tokens_decoder', None)  # ~2 µs; len(tokenizer) takes ~90
+    vocab = tokenizer.get_added_vocab() if dec is None else None
+    n = len(dec if dec is not None else vocab)
+    try: hit = _ADDED.get(tokenizer)
+    except TypeError: hit = None  # not weakly referenceable: nothing cached
+    if hit is not None and hit[0] == n: return hit[1]
+    vocab, dec = vocab or tokenizer.get_added_vocab(), dec or {}
+    strips = any(getattr(a, k, False) for a in dec.values() for k in ('lstrip', 'rstrip', 'single_word'))
+    out = AddedTokens(tuple(sorted(vocab, key=len, reverse=True)), frozenset(vocab.values()), not strips)
+    try: _ADDED[tokenizer] = (n, out)
+    except TypeError: pass
+    return out
+
+def _edge(a: str, b: str, added: tuple[str, ...]) -> bool:
+    "Does an added token sit at the seam of `a + b`?"
+    return not a or any(a.endswith(t) or b.startswith(t) for t in added)
+
+def spliced_ids_ok(encode, pieces: list[tuple[str, int, bool]], ids: list[int], added: AddedTokens) -> bool:
+    "Are `ids` exactly `encode` of the pieces' joined text? Pieces: (text, n ids, sampled), in order."
+    at, prev = 0, ''
+    for text, n, sampled in pieces:
+        if sampled:  # re-encode from the last added token before it
+            cut = max((prev.rfind(t) + len(t) for t in added.texts if t in prev), default=-1)
+            j = next((i for i in range(at - 1, -1, -1) if ids[i] in added.ids), -1)
+            if cut < 0 or j < 0 or encode(prev[cut:] + text) != ids[j + 1:at + n]: return False
+        elif not _edge(prev, text, added.texts): return False
+        prev, at = text, at + n
+    return added.splits and at == len(ids)
 
 # %% ../nbs/03_tokens.ipynb #e8cde434
 def truncate_tokens(tokenizer, text: str, max_tokens: int, side: str = 'middle') -> tuple[str, int]:

@@ -197,10 +197,18 @@ def train_step(params, opt_state, rest, ref_params, batch, *, graphdef, tx, kind
     params = optax.apply_updates(params, updates)
     return params, opt_state, m
 
+# %% ../nbs/10b_trainer.ipynb #69abccec
+_STATIC = ('graphdef', 'tx', 'kind', 'cfg')
+# `Trainer.update`'s steps: the optimizer state is always donated, the params when owned
+_donating_steps = {own: jax.jit(train_step.__wrapped__, static_argnames=_STATIC,
+                                donate_argnames=('params', 'opt_state') if own else ('opt_state',))
+                   for own in (False, True)}
+
 # %% ../nbs/10b_trainer.ipynb #5a86c891
 class Trainer:
     "SFT and GRPO updates of an NNX model, with checkpoints."
-    def __init__(self, model: nnx.Module, cfg: TrainerConfig, *, mesh=None):
+    def __init__(self, model: nnx.Module, cfg: TrainerConfig, *, mesh=None,
+                 donate_model: bool = False): # updates may free `model`'s arrays (it is ours)
         self.cfg, self.mesh = cfg, mesh
         self.graphdef, params, self.rest = nnx.split(model, nnx.Param, ...)
         self.tx = make_optimizer(cfg)
@@ -209,7 +217,14 @@ class Trainer:
         self.opt_state = self.tx.init(params)
         if mesh is not None: self.opt_state = shard_tree(self.opt_state, mesh, cfg.sharding)
         self.ref_params = (jax.tree.map(jnp.copy, params) if cfg.loss.kl_coef > 0 else None)
-        self.step = 0
+        self.step, self._own = 0, donate_model  # _own: no one else holds `_params`
+    @property
+    def params(self) -> nnx.State:
+        "The current params; read, they are handed out: the next update keeps them (no donation)."
+        self._own = False
+        return self._params
+    @params.setter
+    def params(self, params: nnx.State): self._params, self._own = params, False
     @property
     def model(self) -> nnx.Module:
         "The current policy as an NNX module (shares the trainer's arrays)."
@@ -256,10 +271,10 @@ def update(self: Trainer, batch: dict, kind: str = 'grpo') -> dict[str, float]:
     if self.cfg.sort_micro_batches and self.cfg.micro_batches > 1:
         return _length_sorted_update(self, batch, kind)
     batch = _device_batch(self, batch, _DEVICE_KEYS)
-    self.params, self.opt_state, m = train_step(
-        self.params, self.opt_state, self.rest, self.ref_params, batch, graphdef=self.graphdef,
+    self._params, self.opt_state, m = _donating_steps[self._own](
+        self._params, self.opt_state, self.rest, self.ref_params, batch, graphdef=self.graphdef,
         tx=self.tx, kind=kind, cfg=self.cfg)
-    self.step += 1
+    self.step, self._own = self.step + 1, True  # new arrays nobody else has seen
     return {k: float(v) for k, v in m.items()}
 
 # %% ../nbs/10b_trainer.ipynb #77c128b2
@@ -291,10 +306,13 @@ def _accumulate_grad(acc, weight, params, rest, ref_params, micro, *, graphdef, 
                                                                 ref_params)
     return jax.tree.map(lambda a, x: a + weight * x, acc, (g, m))
 
-@partial(jax.jit, static_argnames=('tx',))
 def _apply_grad(params, opt_state, g, *, tx):
     updates, opt_state = tx.update(g, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, optax.global_norm(g)
+
+# donated: the optimizer state, and the params if owned, else the gradient (the new params' buffer)
+_apply_grads = {own: jax.jit(_apply_grad, static_argnames=('tx',), donate_argnames=(
+    ('params', 'opt_state') if own else ('opt_state', 'g'))) for own in (False, True)}
 
 def _length_sorted_update(self: Trainer, batch: dict, kind: str) -> dict[str, float]:
     micros = length_sorted_micro_batches(batch, self.cfg.micro_batches, self.cfg.buckets)
@@ -305,15 +323,16 @@ def _length_sorted_update(self: Trainer, batch: dict, kind: str) -> dict[str, fl
         if not w: continue  # nothing trained in it: its loss and gradient are zero
         micro = _device_batch(self, micro, _DEVICE_KEYS)
         if acc is None:
-            shapes = jax.eval_shape(lambda: LOSS_FNS[kind](self.params, self.graphdef, self.rest, micro,
-                                                           self.cfg, self.ref_params)[1])
-            acc = jax.tree.map(jnp.zeros_like, self.params), jax.tree.map(
+            shapes = jax.eval_shape(lambda: LOSS_FNS[kind](self._params, self.graphdef, self.rest,
+                                                           micro, self.cfg, self.ref_params)[1])
+            acc = jax.tree.map(jnp.zeros_like, self._params), jax.tree.map(
                 lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-        acc = _accumulate_grad(acc, jnp.float32(w), self.params, self.rest, self.ref_params, micro,
+        acc = _accumulate_grad(acc, jnp.float32(w), self._params, self.rest, self.ref_params, micro,
                                graphdef=self.graphdef, kind=kind, cfg=self.cfg)
     g, m = acc
-    self.params, self.opt_state, gnorm = _apply_grad(self.params, self.opt_state, g, tx=self.tx)
-    self.step += 1
+    self._params, self.opt_state, gnorm = _apply_grads[self._own](self._params, self.opt_state, g,
+                                                                  tx=self.tx)
+    self.step, self._own = self.step + 1, True
     return {**{k: float(v) for k, v in m.items()}, 'tokens': float(units[:, 1].sum()),
             'grad_norm': float(gnorm)}
 
@@ -322,8 +341,8 @@ def _length_sorted_update(self: Trainer, batch: dict, kind: str) -> dict[str, fl
 def logprobs(self: Trainer, batch: dict) -> np.ndarray:
     "The current policy's logprob of each target token, `[B, T]` (for on-policy checks and tests)."
     b = _device_batch(self, batch, ('tokens', 'positions', 'targets'))
-    return np.asarray(jax.jit(_logp, static_argnums=(0, 4))(self.graphdef, self.params, self.rest, b,
-                                                           self.cfg.temperature)[0])
+    return np.asarray(jax.jit(_logp, static_argnums=(0, 4))(self.graphdef, self._params, self.rest,
+                                                           b, self.cfg.temperature)[0])
 
 # %% ../nbs/10b_trainer.ipynb #982a6755
 def _abstract(tree):
@@ -333,7 +352,7 @@ def _abstract(tree):
 def save(self: Trainer, directory: str | Path, max_to_keep: int | None = 3) -> Path:
     "Write a checkpoint of params, optimizer state and step under `directory/<step>`."
     directory = Path(directory).absolute()
-    state = {'params': jax.tree.leaves(self.params), 'opt_state': jax.tree.leaves(self.opt_state),
+    state = {'params': jax.tree.leaves(self._params), 'opt_state': jax.tree.leaves(self.opt_state),
              'ref_params': jax.tree.leaves(self.ref_params), 'step': self.step}
     with ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep)) as mngr:
@@ -349,11 +368,12 @@ def restore(self: Trainer, directory: str | Path, step: int | None = None) -> in
     with ocp.CheckpointManager(directory) as mngr:
         step = mngr.latest_step() if step is None else step
         if step is None: raise FileNotFoundError(f'no checkpoint found under {directory}')
-        target = {'params': _abstract(jax.tree.leaves(self.params)),
+        target = {'params': _abstract(jax.tree.leaves(self._params)),
                   'opt_state': _abstract(jax.tree.leaves(self.opt_state)),
                   'ref_params': _abstract(jax.tree.leaves(self.ref_params)), 'step': 0}
         state = mngr.restore(step, args=ocp.args.StandardRestore(target))
-    self.params = jax.tree.unflatten(jax.tree.structure(self.params), state['params'])
+    self._params = jax.tree.unflatten(jax.tree.structure(self._params), state['params'])
+    self._own = True  # read from disk: nobody else holds them
     self.opt_state = jax.tree.unflatten(jax.tree.structure(self.opt_state), state['opt_state'])
     if self.ref_params is not None:
         self.ref_params = jax.tree.unflatten(jax.tree.structure(self.ref_params), state['ref_params'])
