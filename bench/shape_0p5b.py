@@ -49,12 +49,23 @@ def ensure_checkpoint() -> Path:
     return CKPT
 
 
-def prompts(batch: int) -> list[list[int]]:
-    "ChatML renders (Qwen2.5's layout) of short questions, about 20-30 tokens each."
+def prompts(batch: int, tools: bool = False) -> list[list[int]]:
+    """ChatML renders (Qwen2.5's layout) of short questions, about 20-30 tokens each; with `tools`,
+    the tokenizer's chat template renders the calculator's four tool schemas into the system turn,
+    as a tool agent's prompts carry them (a few hundred tokens)."""
     tok, _ = tokenizer()
     qs = ['What is 17 * 23?', 'Add 125 and 380, then halve it.', 'Name three prime numbers.',
           'What is the capital of France?', 'Divide 144 by 12.', 'Explain a GRPO group briefly.',
           'Subtract 58 from 1000.', 'Write a haiku about tools.']
+    if tools:
+        from tunix_agentic.builtin_tools import calculator_tools
+        from tunix_agentic.tokenizer import TINY_CHAT_TEMPLATE
+        official = ROOT.parent / 'shared' / 'data' / 'chat_templates' / 'qwen2_5.jinja'
+        template = tok.chat_template or (official.read_text() if official.exists() else TINY_CHAT_TEMPLATE)
+        schemas = [t.schema for t in calculator_tools()]
+        return [list(tok.apply_chat_template([{'role': 'user', 'content': qs[i % len(qs)]}], tools=schemas,
+                                             chat_template=template, add_generation_prompt=True))
+                for i in range(batch)]
     text = '<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n'
     return [tok.encode(text.format(qs[i % len(qs)]), add_special_tokens=False) for i in range(batch)]
 
@@ -94,7 +105,8 @@ def part_decode(a) -> dict:
 
 
 def part_turns(a) -> dict:
-    """Three turns: turn k+1's prompt is turn k's prompt + its output + a 24-token tool answer.
+    """Three turns of a tool agent: turn 1's prompt carries the calculator's tool schemas; turn k+1's
+    prompt is turn k's prompt + its output + a 24-token tool answer.
     Both engines get the same prompts (our sampler's outputs). sglang-jax runs with its radix
     cache on; `cached_tokens / prompt_tokens` per turn is its prefix-hit rate."""
     from tunix_agentic.models import load_hf
@@ -108,7 +120,7 @@ def part_turns(a) -> dict:
     model, _ = load_hf(CKPT)
     ours = JaxEngine(model, config=JaxEngineConfig(max_batch=a.batch, min_batch_bucket=a.batch,
                                                    min_gen_bucket=a.new))
-    turns, cur = [], prompts(a.batch)
+    turns, cur = [], prompts(a.batch, tools=True)
     for _ in range(3):  # the prompts of each turn, from our sampler's greedy outputs
         turns.append(cur)
         outs = ours.generate(cur, sp)
@@ -157,7 +169,7 @@ def part_reuse(a) -> dict:
     kw = dict(max_batch=a.batch, min_batch_bucket=a.batch, min_gen_bucket=a.new)
     engines = dict(full=JaxEngine(model, config=JaxEngineConfig(**kw)),
                    reuse=JaxEngine(model, config=JaxEngineConfig(**kw, prefix_cache_tokens=1 << 16)))
-    turns, cur = [], prompts(a.batch)
+    turns, cur = [], prompts(a.batch, tools=True)
     for _ in range(3):  # the prompts of each turn, from the default path's greedy outputs
         turns.append(cur)
         outs = engines['full'].generate(cur, sp)

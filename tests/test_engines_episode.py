@@ -97,6 +97,12 @@ def test_calculator_episode_through_both_engines():
     sg = SglangJaxEngine(default_model_dir(), SglangConfig.cpu(
         context_length=1024, max_total_tokens=8192, max_prefill_tokens=2048,
         chunked_prefill_size=1024, timeout_s=300))
+    calls, generate = [], sg.generate
+    def recording(prompts, params=None):  # each turn's prompt and what the radix cache served of it
+        outs = generate(prompts, params)
+        calls.extend(zip(map(len, prompts), sg.last_stats['reused'], (len(o.token_ids) for o in outs)))
+        return outs
+    sg.generate = recording
     try:
         sg.update_params(model)        # the taught weights, hot-swapped into the engine
         ts = collect(sg, tok)
@@ -106,9 +112,15 @@ def test_calculator_episode_through_both_engines():
     err_s = check(ts, golden, model, 'sglang')
     same = np.abs(np.asarray(ts.logprobs) - np.asarray(tv.logprobs)).max()
     assert same < 1e-4
+    # the radix cache is on (the CPU preset): turn k+1 reuses all of turn k's prompt and output but
+    # the output's last token (never fed back), and prefills only the tool result
+    assert len(calls) == 3 and calls[0][1] == 0, calls
+    for (p0, _, n0), (p1, reused, _) in zip(calls, calls[1:]): assert reused == p0 + n0 - 1, calls
+    hits = [f'{r / p:.0%}' for p, r, _ in calls[1:]]
     turns = [(a, b) for a, b in _spans(tv.response_mask)]
     print(f'episode: {len(tv.input_ids)} tokens, assistant spans {turns}, 2 tool calls, reward '
           f'{tv.reward}; max |logprob - model| vanilla {err_v:.1e}, sglang {err_s:.1e}; '
-          f'vanilla vs sglang {same:.1e}')
+          f'vanilla vs sglang {same:.1e}; sglang radix-cache hits of the prompt on turns 2, 3: {hits} '
+          f'(turn, prompt, reused, new tokens: {calls})')
 
 

@@ -1200,6 +1200,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/tunix_agentic', 'doc_host'
                                                                                                        'tunix_agentic/sglang_threads.py'),
                                               'tunix_agentic.sglang_threads._raise_exit': ( 'sglang_threads.html#_raise_exit',
                                                                                             'tunix_agentic/sglang_threads.py'),
+                                              'tunix_agentic.sglang_threads.close_engine_sockets': ( 'sglang_threads.html#close_engine_sockets',
+                                                                                                     'tunix_agentic/sglang_threads.py'),
                                               'tunix_agentic.sglang_threads.end_engine_threads': ( 'sglang_threads.html#end_engine_threads',
                                                                                                    'tunix_agentic/sglang_threads.py'),
                                               'tunix_agentic.sglang_threads.engine_threads': ( 'sglang_threads.html#engine_threads',

@@ -20,7 +20,7 @@ from fastcore.basics import patch
 from flax import nnx
 
 from .rollout import BaseEngine, GenerateOutput, SamplingParams, as_params_list
-from .sglang_threads import IdleWait, engine_threads, end_engine_threads
+from .sglang_threads import IdleWait, close_engine_sockets, engine_threads, end_engine_threads
 
 _log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class SglangConfig:
     mem_fraction_static: float = 0.05
     page_size: int = 1
     disable_precompile: bool = True
-    disable_radix_cache: bool = True
+    disable_radix_cache: bool = False    # prefix cache on; `update_params` flushes it
     disable_overlap_schedule: bool = True   # overlap races on CPU: see below
     bs_paddings: tuple[int, ...] | None = (2, 4, 8)   # batch buckets; never 1 on CPU (see below)
     token_paddings: tuple[int, ...] | None = None     # token buckets (None: sglang-jax's default)
@@ -251,6 +251,7 @@ class SglangJaxEngine(BaseEngine):
         self.model_dir, self.config = Path(model_dir), config or SglangConfig.cpu()
         self.max_batch_size = self.config.max_running_requests
         self._rng, self._call = np.random.default_rng(seed), EngineCaller()
+        self.last_stats: dict = {}   # of the last `generate`: tokens prefilled and reused from the cache
         plat = os.environ.get('JAX_PLATFORMS')
         if engine_factory is None and plat and plat.split(',')[0] != self.config.device:
             raise ValueError(f'SglangConfig.device={self.config.device!r} but '
@@ -324,7 +325,12 @@ def _generate(self: SglangJaxEngine, prompts: list[list[int]],
     res = self._call(lambda: self.engine.generate(input_ids=ids, sampling_params=sps,
                                                   return_logprob=True),
                      self.config.timeout_s, f'generate({len(ids)} prompts)')
-    return [GenerateOutput(*_ids_and_logprobs(r), _finish(r['meta_info'])) for r in res]
+    outs = [GenerateOutput(*_ids_and_logprobs(r), _finish(r['meta_info'])) for r in res]
+    reused = [int(r['meta_info'].get('cached_tokens') or 0) for r in res]  # the radix cache's hits
+    self.last_stats = dict(requests=len(ids), prompt_tokens=sum(map(len, ids)), reused=reused,
+                           reused_tokens=sum(reused), prefill_tokens=sum(map(len, ids)) - sum(reused),
+                           new_tokens=sum(len(o.token_ids) for o in outs))
+    return outs
 
 # %% ../nbs/09a_sglang.ipynb #a86607ff
 @patch
@@ -362,7 +368,7 @@ def _cancel_loop_tasks(engine):
 
 @patch
 def close(self: SglangJaxEngine):
-    "Stop taking calls, end the engine's threads. (Not Engine.shutdown: it kills all our children.)"
+    "Stop taking calls, end the engine's threads, close its sockets. (Not Engine.shutdown: it kills our children.)"
     if getattr(self, '_closed', False): return
     self._closed = True
     super(SglangJaxEngine, self).close()
@@ -377,3 +383,4 @@ def close(self: SglangJaxEngine):
         left = end_engine_threads(engine, self._sched, self._threads, self._idle,
                                   0.1 if self._call.broken else self.config.close_timeout_s)
         if left: _log.warning('close: sglang-jax threads %s still run (a call hung in them)', left)
+        else: close_engine_sockets(engine)   # else a garbage-collected context can block forever
