@@ -60,3 +60,39 @@ def test_sft_learns_masked_tokens_only():
     assert ls[-1] < 0.2 * ls[0]
     lp = tr.logprobs(b)[0]
     assert lp[5] > np.log(0.5) and lp[6] > np.log(0.5)   # learned 4 after 9, 5 after 4
+
+
+# ---- the heavier checks of nbs/10b_trainer.ipynb, marked `#| slow` there to keep the notebook under 30 s
+MCFG1 = ModelConfig.tiny(vocab_size=64, num_layers=1, hidden_size=32, intermediate_size=64, head_dim=16)
+
+def _traj(ids, mask, reward=0., gid='g'):
+    return Trajectory(input_ids=ids, response_mask=mask, logprobs=[0.0] * len(ids), reward=reward, group_id=gid)
+
+@pytest.mark.timeout(300)
+def test_length_sorted_micro_batches_equal_the_full_batch():
+    from tunix_agentic.trainer import length_sorted_micro_batches
+    mixed = [_traj(list(range(1, n + 1)), [0, 0] + [1] * (n - 2), reward=float(n % 2), gid=str(n % 3))
+             for n in (3, 9, 4, 5, 12, 3, 7, 6)]
+    full = Trainer(Qwen2(MCFG1, rngs=nnx.Rngs(0)), TrainerConfig.tiny(buckets=(4, 8, 16)))
+    srt = Trainer(Qwen2(MCFG1, rngs=nnx.Rngs(0)), TrainerConfig.tiny(buckets=(4, 8, 16), micro_batches=4,
+                                                                   sort_micro_batches=True))
+    mb = srt.batch_from(mixed, 'grpo')
+    assert [g['tokens'].shape for g in length_sorted_micro_batches(mb, 4, (4, 8, 16))] == \
+        [(2, 4), (2, 8), (2, 8), (2, 16)]  # short rows train at their own bucket
+    for kind in ('sft', 'grpo'):
+        a, b = full.update(full.batch_from(mixed, kind), kind), srt.update(srt.batch_from(mixed, kind), kind)
+        for k in ('loss', 'grad_norm', 'tokens'): assert b[k] == pytest.approx(a[k], abs=1e-5), (kind, k)
+    np.testing.assert_allclose(jax.tree.leaves(full.params)[0], jax.tree.leaves(srt.params)[0], atol=1e-5)
+
+@pytest.mark.timeout(300)
+def test_shared_prefix_equals_full_rows():
+    rows = [_traj([1, 2, 3, 4, 5, 6, 7, 8, 9], [0, 0, 0, 0, 0, 1, 1, 1, 1], 1.0, 'q'),
+            _traj([1, 2, 3, 4, 5, 6, 9, 9], [0, 0, 0, 0, 0, 1, 1, 1], 0.0, 'q')]
+    t_full = Trainer(Qwen2(MCFG1, rngs=nnx.Rngs(0)), TrainerConfig.tiny(buckets=(4, 8, 16), micro_batches=2))
+    t_pre = Trainer(Qwen2(MCFG1, rngs=nnx.Rngs(0)), TrainerConfig.tiny(buckets=(4, 8, 16), shared_prefix=2,
+                                                                     micro_batches=2))
+    bf, bp = t_full.batch_from(rows), t_pre.batch_from(rows)
+    assert bp['prefix'].tolist() == [[1, 2, 3, 4]]
+    lf, lpre = t_full.logprobs(bf), t_pre.logprobs(bp)
+    np.testing.assert_allclose((lf * bf['mask']).sum(1), (lpre * bp['mask']).sum(1), atol=1e-4)
+    assert t_pre.update(bp, 'sft')['loss'] == pytest.approx(t_full.update(bf, 'sft')['loss'], abs=1e-4)

@@ -187,6 +187,7 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
     t0, times = time.perf_counter(), {}
     out = Path(cfg.output_dir); out.mkdir(parents=True, exist_ok=True)
     sinks = MetricSinks(out, cfg.tensorboard, cfg.wandb_project, config=asdict(cfg))
+    pool = None  # the evaluation beside GRPO; shut down in `finally` if GRPO fails
     try:
         train, held = make_splits(cfg.seed, cfg.n_train, cfg.n_heldout)
         model, tok = demo_model(cfg)
@@ -236,7 +237,9 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
                 for tr in trajs: w.write(tr)
         plot = plot_demo(sft_losses, records, before, after, out / 'demo.png', cfg.sft_short_steps)
         for e in (engine, frozen): e.close()
-    finally: sinks.close()
+    finally:
+        if pool: pool.shutdown(wait=False, cancel_futures=True)
+        sinks.close()
     times['total_s'] = time.perf_counter() - t0
     summary = {'seed': cfg.seed,
                'heldout_success_before_rl': before['final_answer'],

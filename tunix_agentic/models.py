@@ -13,7 +13,7 @@ import jax, jax.numpy as jnp
 import numpy as np
 from fastcore.basics import patch
 from flax import nnx, struct
-from .attention import attend_rowwise
+from .attention import _scores, attend_rowwise
 
 _log = logging.getLogger(__name__)
 
@@ -182,8 +182,7 @@ def attend(q_bthd, k_bshd, v_bshd, mask_bts,
     q = q_bthd.reshape(b, t, kvh, h // kvh, d)
     if not n and t > 1 and jax.default_backend() == 'cpu':  # see `attention`: cache-sized rows on CPU
         return attend_rowwise(q, k_bshd, v_bshd, mask_bts).reshape(b, t, h * d).astype(q_bthd.dtype)
-    s = jnp.einsum('btkgd,bskd->bkgts', q, k_bshd, preferred_element_type=jnp.float32)
-    s = jnp.where(mask_bts[:, None, None], s / math.sqrt(d), jnp.finfo(jnp.float32).min)
+    s = _scores(q, k_bshd, mask_bts)  # [b, kv_heads, group, t, s], float32
     if n:  # a decode step: all rows' queries meet the shared keys in one matmul, no copy per row
         sp = jnp.einsum('btkgd,pkd->bkgtp', q, prefix_kv[0], preferred_element_type=jnp.float32)
         s = jnp.concatenate([sp / math.sqrt(d), s], -1)  # one softmax over prefix and row keys
