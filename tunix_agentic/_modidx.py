@@ -1204,6 +1204,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/tunix_agentic', 'doc_host'
                                                                                                      'tunix_agentic/sglang_threads.py'),
                                               'tunix_agentic.sglang_threads.end_engine_threads': ( 'sglang_threads.html#end_engine_threads',
                                                                                                    'tunix_agentic/sglang_threads.py'),
+                                              'tunix_agentic.sglang_threads.engine_sockets': ( 'sglang_threads.html#engine_sockets',
+                                                                                               'tunix_agentic/sglang_threads.py'),
                                               'tunix_agentic.sglang_threads.engine_threads': ( 'sglang_threads.html#engine_threads',
                                                                                                'tunix_agentic/sglang_threads.py')},
             'tunix_agentic.sharding': { 'tunix_agentic.sharding.ShardingConfig': ( 'sharding.html#shardingconfig',

@@ -223,7 +223,6 @@ def run_demo(cfg: DemoConfig | None = None) -> dict:
         records = loop.run() if cfg.rl_steps else []
         times['grpo_s'] = time.perf_counter() - t
         before, trajs_before, greedy_before = before_job.result()
-        pool.shutdown()
         log.info('held-out success after SFT: %.1f%%', 100 * before['final_answer'])
         for e in (engine, frozen): e.update_params(nnx.state(rl.model), rl.step)
         t = time.perf_counter()

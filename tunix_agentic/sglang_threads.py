@@ -7,7 +7,7 @@ from __future__ import annotations
 import pickle, threading, time
 
 # %% auto #0
-__all__ = ['IdleWait', 'engine_threads', 'end_engine_threads', 'close_engine_sockets']
+__all__ = ['IdleWait', 'engine_threads', 'end_engine_threads', 'engine_sockets', 'close_engine_sockets']
 
 # %% ../nbs/09b_sglang_threads.ipynb #5e1d1e02
 def _raise_exit(): raise SystemExit  # passes sglang-jax's `except Exception`: the thread ends
@@ -85,17 +85,23 @@ def end_engine_threads(engine, sched, threads: dict, idle: IdleWait | None,
     return [t.name for r, t in threads.items() if r != 'watchdog' and t.is_alive()]
 
 # %% ../nbs/09b_sglang_threads.ipynb #b9e115e9
-def close_engine_sockets(engine) -> int:
-    "Close the zmq sockets on `engine`'s endpoints without lingering and end their contexts; how many."
+def engine_sockets(engine) -> list:
+    "The open zmq sockets on `engine`'s endpoints (its own `ipc://` names), wherever they are held."
     import gc, zmq
     pa = getattr(engine, 'port_args', None)
     names = {v for v in vars(pa).values() if isinstance(v, str) and '://' in v} if pa is not None else set()
-    socks = []
+    out = []
     for o in gc.get_objects():   # the detokenizer's sockets are reachable from no engine attribute
         if isinstance(o, zmq.Socket) and not o.closed:
             try: endpoint = o.getsockopt(zmq.LAST_ENDPOINT).decode()
             except zmq.ZMQError: continue
-            if endpoint in names: socks.append(o)
+            if endpoint in names: out.append(o)
+    return out
+
+def close_engine_sockets(engine) -> int:
+    "Close `engine`'s zmq sockets without lingering and end their contexts; how many."
+    import zmq
+    socks = engine_sockets(engine)
     shared = getattr(zmq.Context, '_instance', None)   # the process-wide instance is not the engine's
     ctxs = {id(c): c for s in socks if (c := s.context) is not None and c is not shared}
     for s in socks: s.close(linger=0)
