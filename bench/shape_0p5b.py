@@ -1,6 +1,7 @@
 """A Qwen2.5-0.5B-shaped checkpoint (random weights written by our `save_hf`): our JaxEngine against
 sglang-jax at batch 8, a 3-turn multi-turn workload on both engines (sglang-jax with its radix cache,
-reporting the prefix-hit rate per turn; our sampler's prefill tokens per turn), our sampler with and
+reporting the prefix-hit rate per turn; our sampler with and without its prefix cache, and its prefill
+tokens per turn), our sampler with and
 without its prefix cache (`reuse`: prefill tokens per turn, time, equality), and one GRPO learner
 step at 1,024 tokens (time and peak memory). Each part runs in a fresh subprocess, so peak RSS is its own.
 
@@ -130,7 +131,16 @@ def part_turns(a) -> dict:
     for ps in turns: ours.generate(ps, sp)
     t_ours = time.perf_counter() - t
     prefill = [sum(map(len, ps)) / len(ps) for ps in turns]
-    del ours, model
+    # our sampler again, prefilling only what each turn adds (its prefix cache), after a warm-up pass
+    reuse = JaxEngine(model, config=JaxEngineConfig(max_batch=a.batch, min_batch_bucket=a.batch,
+                                                    min_gen_bucket=a.new, prefix_cache_tokens=1 << 16))
+    for ps in turns: reuse.generate(ps, sp)
+    reuse.prefix_cache.clear()
+    t, prefill_reuse = time.perf_counter(), []
+    for ps in turns:
+        reuse.generate(ps, sp); prefill_reuse.append(reuse.last_stats['prefill_tokens'] / a.batch)
+    t_reuse = time.perf_counter() - t
+    del ours, reuse, model
     sg = SglangJaxEngine(CKPT, SglangConfig.cpu(timeout_s=1800, context_length=1024,
                                                 max_total_tokens=8192, mem_fraction_static=0.3,
                                                  disable_radix_cache=False))
@@ -149,8 +159,9 @@ def part_turns(a) -> dict:
         of_seen.append(cached / seen if seen else 0.0)
     t_sg = time.perf_counter() - t
     sg.close()
-    return dict(ours_s=t_ours, sglang_s=t_sg, sglang_hit_rate=hits, sglang_hit_of_seen=of_seen,
-                ours_prefill_per_row=prefill)
+    return dict(ours_s=t_ours, ours_reuse_s=t_reuse, sglang_s=t_sg, sglang_hit_rate=hits,
+                sglang_hit_of_seen=of_seen, ours_prefill_per_row=prefill,
+                ours_reuse_prefill_per_row=prefill_reuse)
 
 
 def part_reuse(a) -> dict:
@@ -258,13 +269,17 @@ def main():
                    f'{d["sglang_tok_s"]:.1f} tok/s (ours/sglang {d["ours_tok_s"] / d["sglang_tok_s"]:.2f}), '
                    f'greedy rows equal {d["greedy_rows_equal"]}/{d["rows"]}')
     if d := res.get('turns'):
-        out.append(f'3 turns x {a.batch}: ours {d["ours_s"]:.1f} s, sglang-jax {d["sglang_s"]:.1f} s '
-                   f'(sglang/ours {d["sglang_s"] / d["ours_s"]:.2f}); sglang prefix-hit rate per turn '
+        out.append(f'3 turns x {a.batch}: sglang-jax {d["sglang_s"]:.1f} s, ours {d["ours_s"]:.1f} s '
+                   f'(sglang/ours {d["sglang_s"] / d["ours_s"]:.2f}), ours with prefix_cache_tokens '
+                   f'{d["ours_reuse_s"]:.1f} s (sglang/ours {d["sglang_s"] / d["ours_reuse_s"]:.2f}); '
+                   'sglang prefix-hit rate per turn '
                    + ', '.join(f'{h:.0%}' for h in d['sglang_hit_rate'])
                    + ' (of the tokens it had already seen: '
                    + ', '.join(f'{h:.0%}' for h in d.get('sglang_hit_of_seen', [])[1:]) + ')'
                    + '; our prefill tokens per row per turn '
-                   + ', '.join(f'{x:.0f}' for x in d['ours_prefill_per_row']))
+                   + ', '.join(f'{x:.0f}' for x in d['ours_prefill_per_row'])
+                   + ' (with prefix_cache_tokens '
+                   + ', '.join(f'{x:.0f}' for x in d['ours_reuse_prefill_per_row']) + ')')
     if d := res.get('reuse'):
         out.append('our sampler, 3 turns x %d, prefill tokens per row per turn: full %s, with '
                    'prefix_cache_tokens %s (reused %s); time full %s s, reuse %s s; greedy rows '

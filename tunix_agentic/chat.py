@@ -103,8 +103,8 @@ def _prepare(self: EpisodeEncoder, m: dict) -> dict:
             m['content'], n = escape_special_tokens(self.tokenizer, m['content'], self._added)
             self.metrics['tool_special_escaped'] += n
         if self.tool_output_max_tokens:
-            m['content'], n = truncate_tokens(self.tokenizer, m['content'],
-                                              self.tool_output_max_tokens, self.truncate_side)
+            m['content'], n = truncate_tokens(self.tokenizer, m['content'], self.tool_output_max_tokens,
+                                              self.truncate_side, encode=self.encode)
             self.metrics['tool_tokens_cut'] += n
     return m
 

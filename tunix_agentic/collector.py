@@ -4,12 +4,13 @@
 
 # %% ../nbs/07a_collector.ipynb #55480e59
 from __future__ import annotations
-import asyncio, contextlib, inspect, itertools, logging, time
+import asyncio, contextlib, gc, inspect, itertools, logging, time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 from fastcore.basics import patch
 from .types import Trajectory, TrajectoryStatus
 from .rollout import BaseEngine, SamplingParams, run_sync
+from .tools import gather_all
 from .envs import BaseEnv, EnvGroup
 from .agents import BaseAgent, ToolAgent
 from .dumps import DumpWriter
@@ -17,7 +18,7 @@ from .chat import chat_format
 from .episode import Episode, EpisodeState, derive_seed, publish
 
 # %% auto #0
-__all__ = ['CollectConfig', 'TrajectoryCollector']
+__all__ = ['CollectConfig', 'TrajectoryCollector', 'frozen_heap']
 
 # %% ../nbs/07a_collector.ipynb #10db5017
 _log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class CollectConfig:
     prefix_check: float = 1.0  # share of finished episodes re-rendered to measure drift (by episode id)
     chat_template_kwargs: dict | None = None
     rollout_data_dir: str | None = None  # if set, `collect_many(step=k)` dumps to step_<k>.jsonl
+    freeze_gc: bool = True  # `collect_many` keeps the garbage collector off the heap it started with
     def __post_init__(self):
         for k in ('max_turns', 'max_seq_len', 'max_concurrency', 'group_size'):
             if getattr(self, k) < 1:
@@ -170,6 +172,21 @@ def _publish(self: TrajectoryCollector, traj: Trajectory, sink: Callable | None 
         try: fn(traj)
         except Exception as e: _log.warning('trajectory callback %r failed: %r', fn, e)
 
+# %% ../nbs/07a_collector.ipynb #c52922fb
+_frozen_depth = 0  # frozen_heap blocks open now (concurrent runs): the last one out unfreezes
+
+@contextlib.contextmanager
+def frozen_heap(on: bool = True):
+    "Keep the cyclic garbage collector off every object alive now until the block ends (`gc.freeze`)."
+    global _frozen_depth
+    if not on: yield; return
+    if not _frozen_depth: gc.freeze()
+    _frozen_depth += 1
+    try: yield
+    finally:
+        _frozen_depth -= 1
+        if not _frozen_depth: gc.unfreeze()
+
 # %% ../nbs/07a_collector.ipynb #3879c0ba
 @patch
 async def collect_group(self: TrajectoryCollector, task: dict, *, group_size: int | None = None,
@@ -182,10 +199,10 @@ async def collect_group(self: TrajectoryCollector, task: dict, *, group_size: in
     if env_seed is None:
         own = task.get('seed')
         env_seed = int(own) if own is not None else derive_seed(self.config.seed, group_id)
-    return list(await asyncio.gather(*[
+    return await gather_all(
         self.collect(task, episode_id=f'{group_id}.{k}', group_id=group_id, env_seed=env_seed,
                      sampling_seed=derive_seed(env_seed, group_id, k), sink=sink)
-        for k in range(g)]))
+        for k in range(g))
 
 @patch
 async def collect_many(self: TrajectoryCollector, tasks: Iterable[dict], *,
@@ -197,7 +214,7 @@ async def collect_many(self: TrajectoryCollector, tasks: Iterable[dict], *,
     d = self.config.rollout_data_dir
     writer = DumpWriter(d, step) if d is not None and step is not None else None
     try:
-        groups = await asyncio.gather(*[
+        with frozen_heap(self.config.freeze_gc): groups = await asyncio.gather(*[
             self.collect_group(t, group_size=group_size, sink=writer.write if writer else None,
                                group_id=f'{prefix}g{next(self._groups):06d}')
             for t in tasks])

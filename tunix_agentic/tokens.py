@@ -43,17 +43,23 @@ _RENDER_ARGS = frozenset(('conversation', 'conversations', 'messages', 'tools', 
     'truncation', 'max_length', 'return_tensors', 'return_dict', 'return_assistant_tokens_mask',
     'tokenizer_kwargs'))
 _DICT_ATTRS = frozenset(dir(dict))
+_STR_FORMAT = frozenset(('format', 'format_map'))  # the sandbox wraps these
 
 @functools.lru_cache(maxsize=32)
 def compiled_template(source: str):
     "transformers' compiled chat template, where `message.role` on a plain dict skips the sandbox's probe."
+    from jinja2.runtime import LoopContext
     from transformers.utils.chat_template_utils import _compile_jinja_template as compile_
     env = compile_(source).environment.overlay()  # same filters, globals, extensions and sandbox
     slow, undefined = env.getattr, env.undefined
     def getattr_(obj, attribute: str):  # what the sandbox returns for a dict key, without
-        if type(obj) is dict and attribute not in _DICT_ATTRS:  # its AttributeError first
+        t = type(obj)
+        if t is dict and attribute not in _DICT_ATTRS:  # its AttributeError first
             try: return obj[attribute]
             except KeyError: return undefined(obj=obj, name=attribute)
+        if (t is LoopContext or t is str) and attribute[:1] != '_' and attribute not in _STR_FORMAT:
+            try: return getattr(obj, attribute)  # `loop.first`, `content.strip`: public, immutable
+            except AttributeError: pass
         return slow(obj, attribute)
     env.getattr = getattr_
     return env.from_string(source)
@@ -167,11 +173,12 @@ def spliced_ids_ok(encode, pieces: list[tuple[str, int, bool]], ids: list[int], 
     return added.splits and at == len(ids)
 
 # %% ../nbs/03_tokens.ipynb #e8cde434
-def truncate_tokens(tokenizer, text: str, max_tokens: int, side: str = 'middle') -> tuple[str, int]:
+def truncate_tokens(tokenizer, text: str, max_tokens: int, side: str = 'middle',
+                    encode=None) -> tuple[str, int]:  # `text_encoder(tokenizer)`, if the caller keeps one
     "Cut `text` to at most `max_tokens` tokens at `side`; returns (text, tokens cut)."
     if side not in ('middle', 'left', 'right'):
         raise ValueError(f"side must be 'middle', 'left' or 'right', got {side!r}")
-    enc = text_encoder(tokenizer)
+    enc = encode or text_encoder(tokenizer)
     ids = enc(text)
     n = len(ids)
     if max_tokens is None or n <= max_tokens: return text, 0

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import asyncio, concurrent.futures, functools, inspect, itertools, json, logging, math, reprlib
 import time, uuid
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, Iterable
 import jsonschema
 from fastcore.basics import patch
 from transformers.utils import get_json_schema
@@ -14,7 +14,7 @@ from .types import ToolCall, ToolOutput, unique_id
 
 # %% auto #0
 __all__ = ['logger', 'TOOL_THREADS', 'ToolError', 'short', 'truncate_middle', 'validate_arguments', 'tool_thread_pool',
-           'BaseTool', 'FunctionTool', 'ToolManager', 'ToolSession']
+           'BaseTool', 'FunctionTool', 'ToolManager', 'ToolSession', 'gather_all']
 
 # %% ../nbs/01_tools.ipynb #f47d6144
 logger = logging.getLogger(__name__)
@@ -107,11 +107,31 @@ def _messages(e: jsonschema.ValidationError, top: bool) -> list[str]:
     return [f'{at}: {truncate_middle(e.message, 200)}']
 
 # %% ../nbs/01_tools.ipynb #71979a71
+_PLAIN_TYPES = {'string': (str,), 'integer': (int,), 'number': (int, float), 'boolean': (bool,)}
+_PLAIN_OBJECT = frozenset(('type', 'properties', 'required', 'additionalProperties', 'description', 'title'))
+_PLAIN_PROPERTY = frozenset(('type', 'enum', 'description', 'title'))
+
+def _plainly_valid(value: Any, schema: dict) -> bool:
+    "Does `value` obviously satisfy a flat object schema? False means: ask the validator."
+    if (type(value) is not dict or schema.get('type') != 'object' or not schema.keys() <= _PLAIN_OBJECT
+            or schema.get('additionalProperties', False) is not False): return False
+    props, required = schema.get('properties') or {}, schema.get('required') or []
+    if type(props) is not dict or type(required) is not list or any(k not in value for k in required):
+        return False
+    for k, v in value.items():
+        p = props.get(k)
+        if type(p) is not dict or not p.keys() <= _PLAIN_PROPERTY: return False
+        t, enum = p.get('type'), p.get('enum')
+        if type(t) is not str or type(v) not in _PLAIN_TYPES.get(t, ()): return False
+        if type(v) is float and not math.isfinite(v): return False
+        if 'enum' in p and (type(v) is not str or type(enum) is not list or v not in enum): return False
+    return True
+
 def validate_arguments(value: Any,  # the arguments
                        schema: dict,  # JSON schema of `value` (a tool's `parameters`)
                        top: bool = True) -> list[str]:  # reject arguments the schema does not list
     "Check `value` against `schema` with `jsonschema`; return the problems (at most 10)."
-    if not isinstance(schema, dict): return []
+    if not isinstance(schema, dict) or _plainly_valid(value, schema): return []
     if top and schema.get('type') == 'object' and 'additionalProperties' not in schema:
         schema = {**schema, 'additionalProperties': False}
     try:
@@ -282,6 +302,13 @@ class ToolSession:
     async def __aenter__(self): await self.start(); return self
     async def __aexit__(self, *exc): await self.release()
 
+# %% ../nbs/01_tools.ipynb #bf2a64e7
+async def gather_all(coros: Iterable[Awaitable]) -> list:
+    "`asyncio.gather(*coros)` as a list, awaiting a lone coroutine directly (no task)."
+    coros = list(coros)
+    if len(coros) == 1: return [await coros[0]]
+    return list(await asyncio.gather(*coros))
+
 # %% ../nbs/01_tools.ipynb #918360b6
 @patch
 async def start(self: ToolSession):
@@ -293,7 +320,7 @@ async def start(self: ToolSession):
         except Exception as e:
             logger.error('create() of tool %r failed: %s', name, _error_text(e))
             self.create_errors[name] = _error_text(e)
-    await asyncio.gather(*(one(n, t) for n, t in self.manager.tools.items()))
+    await gather_all(one(n, t) for n, t in self.manager.tools.items())
 
 # %% ../nbs/01_tools.ipynb #c600c88b
 class _CallTimeout(Exception): "The per-call timeout of the ToolManager expired."
@@ -369,7 +396,7 @@ async def execute(self: ToolSession, calls: list[ToolCall]) -> list[ToolOutput]:
         if isinstance(cid, str) and cid: ids.append(unique_id(cid, ids))
         else: ids.append(unique_id(f'call_{self.n_calls}', ids + written))
         self.n_calls += 1
-    return list(await asyncio.gather(*(self._run_one(c, i) for c, i in zip(calls, ids))))
+    return await gather_all(self._run_one(c, i) for c, i in zip(calls, ids))
 
 # %% ../nbs/01_tools.ipynb #60bcc678
 @patch
@@ -383,7 +410,7 @@ async def calc_rewards(self: ToolSession) -> dict[str, float]:
         except Exception as e:
             logger.warning('calc_reward of %r failed: %s', name, _error_text(e)); return 0.0
     names = list(self.instance_ids)
-    return dict(zip(names, await asyncio.gather(*(one(n) for n in names))))
+    return dict(zip(names, await gather_all(one(n) for n in names)))
 
 # %% ../nbs/01_tools.ipynb #03ec11a3
 @patch
@@ -394,4 +421,4 @@ async def release(self: ToolSession):
     async def one(name, iid):
         try: await self.manager.tools[name].release(iid, **self._kw(name, 'release_kwargs'))
         except Exception as e: logger.warning('release of %r failed: %s', name, _error_text(e))
-    await asyncio.gather(*(one(n, i) for n, i in self.instance_ids.items()))
+    await gather_all(one(n, i) for n, i in self.instance_ids.items())
