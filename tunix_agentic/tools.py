@@ -4,145 +4,19 @@
 
 # %% ../nbs/01_tools.ipynb #2fcd7443
 from __future__ import annotations
-import asyncio, concurrent.futures, functools, inspect, itertools, json, logging, math, reprlib
+import asyncio, concurrent.futures, functools, inspect, json, logging
 import time, uuid
 from typing import Any, Awaitable, Callable, Iterable
-import jsonschema
 from fastcore.basics import patch
 from transformers.utils import get_json_schema
 from .types import ToolCall, ToolOutput, unique_id
+from .arguments import ToolError, short, truncate_middle, validate_arguments
 
 # %% auto #0
-__all__ = ['logger', 'TOOL_THREADS', 'ToolError', 'short', 'truncate_middle', 'validate_arguments', 'tool_thread_pool',
-           'BaseTool', 'FunctionTool', 'ToolManager', 'ToolSession', 'gather_all']
+__all__ = ['logger', 'TOOL_THREADS', 'tool_thread_pool', 'BaseTool', 'FunctionTool', 'ToolManager', 'ToolSession', 'gather_all']
 
-# %% ../nbs/01_tools.ipynb #f47d6144
+# %% ../nbs/01_tools.ipynb #6dabfe40
 logger = logging.getLogger(__name__)
-
-class ToolError(Exception):
-    "An error the model caused and can fix; its message is shown to the model verbatim."
-
-_repr = reprlib.Repr(maxstring=40, maxother=40, maxlevel=2, maxlist=4, maxdict=4)
-def short(v: Any) -> str:
-    "A short, safe repr of `v` for error messages."
-    try: return _repr.repr(v)
-    except Exception: return f'<{type(v).__name__}>'
-
-# %% ../nbs/01_tools.ipynb #b6806034
-def truncate_middle(text: str, max_chars: int) -> str:
-    "Keep the head and tail of `text` within `max_chars`, with a marker saying how much was cut."
-    if max_chars is None or len(text) <= max_chars: return text
-    n = len(text)
-    marker = f'\n[... {n - max_chars} characters cut ...]\n'
-    for _ in range(3):  # the marker's own length changes how much is cut; settle it
-        budget = max(0, max_chars - len(marker))
-        marker = f'\n[... {n - budget} characters cut ...]\n'
-    budget = max(0, max_chars - len(marker))
-    if budget == 0: return marker[:max_chars]
-    head = budget - budget // 2
-    return text[:head] + marker + text[n - budget // 2:]
-
-# %% ../nbs/01_tools.ipynb #eab018f7
-_JSON_TYPES = {'string': (str,), 'boolean': (bool,), 'null': (type(None),), 'object': (dict,),
-               'array': (list, tuple), 'number': (int, float), 'integer': (int, float)}
-
-def _is_type(v: Any, t: str) -> bool:
-    if t not in _JSON_TYPES: return True  # unknown type names are not ours to reject
-    if isinstance(v, bool) and t not in ('boolean',): return False
-    if not isinstance(v, _JSON_TYPES[t]): return False
-    if t == 'integer' and isinstance(v, float): return math.isfinite(v) and v.is_integer()
-    if t == 'number' and isinstance(v, float): return math.isfinite(v)
-    return True
-
-# %% ../nbs/01_tools.ipynb #b4f1ab57
-_Base = jsonschema.Draft202012Validator
-
-def _type_kw(validator, types, instance, schema):
-    "`type` with OpenAPI's `nullable` and with unknown type names let through."
-    if instance is None and schema.get('nullable'): return
-    if not any(_is_type(instance, t) for t in ([types] if isinstance(types, str) else types)):
-        yield jsonschema.ValidationError(f'{instance!r} is not of type {types!r}')
-
-def _enum_kw(validator, enum, instance, schema):
-    if instance is None and schema.get('nullable'): return
-    yield from _Base.VALIDATORS['enum'](validator, enum, instance, schema)
-
-_checker = _Base.TYPE_CHECKER.redefine_many({t: (lambda c, v, t=t: _is_type(v, t))
-                                             for t in _JSON_TYPES})
-_Validator = jsonschema.validators.extend(_Base, {'type': _type_kw, 'enum': _enum_kw},
-                                          type_checker=_checker)
-
-# %% ../nbs/01_tools.ipynb #02896ff5
-_MUST = {'minimum': 'be >= {}', 'maximum': 'be <= {}', 'exclusiveMinimum': 'be > {}',
-         'exclusiveMaximum': 'be < {}', 'multipleOf': 'be a multiple of {}', 'const': 'be {}',
-         'minLength': 'have at least {} characters', 'maxLength': 'have at most {} characters',
-         'pattern': 'match the pattern {}', 'minItems': 'have at least {} items',
-         'maxItems': 'have at most {} items', 'uniqueItems': 'have no repeated items',
-         'minProperties': 'have at least {} keys', 'maxProperties': 'have at most {} keys'}
-
-def _where(path) -> str:
-    "`'x'[1]['k']` for the instance path `x, 1, k`; `arguments` for the root."
-    if not path: return 'arguments'
-    return repr(path[0]) + ''.join(f'[{p!r}]' for p in list(path)[1:])
-
-# %% ../nbs/01_tools.ipynb #86869633
-def _messages(e: jsonschema.ValidationError, top: bool) -> list[str]:
-    "What one `jsonschema` error says to the model: where, what was expected, what came."
-    at, v, want, kw = _where(e.absolute_path), e.instance, e.validator_value, e.validator
-    if kw == 'required': return [f'{at}: {k!r} is required' for k in want if k not in v]
-    if kw == 'type':
-        want = ' or '.join([want] if isinstance(want, str) else want)
-        return [f'{at} must be of type {want}, got {type(v).__name__} {short(v)}']
-    if kw == 'enum': return [f'{at} must be one of {short(want)}, got {short(v)}']
-    if kw in ('anyOf', 'oneOf'):
-        how = 'more than one' if kw == 'oneOf' and not e.context else 'none'
-        return [f'{at} matches {how} of the allowed forms, got {short(v)}']
-    if kw == 'additionalProperties' and want is False:
-        known = ', '.join(e.schema.get('properties', {})) or 'none'
-        extra = [k for k in v if k not in e.schema.get('properties', {})]
-        what = f'{at} has an unexpected key'
-        if top and not e.absolute_path: what = 'unexpected argument'
-        return [f'{what} {short(k)}; expected: {known}' for k in extra]
-    if kw in _MUST: return [f'{at} must {_MUST[kw].format(short(want))}, got {short(v)}']
-    return [f'{at}: {truncate_middle(e.message, 200)}']
-
-# %% ../nbs/01_tools.ipynb #71979a71
-_PLAIN_TYPES = {'string': (str,), 'integer': (int,), 'number': (int, float), 'boolean': (bool,)}
-_PLAIN_OBJECT = frozenset(('type', 'properties', 'required', 'additionalProperties', 'description', 'title'))
-_PLAIN_PROPERTY = frozenset(('type', 'enum', 'description', 'title'))
-
-def _plainly_valid(value: Any, schema: dict) -> bool:
-    "Does `value` obviously satisfy a flat object schema? False means: ask the validator."
-    if (type(value) is not dict or schema.get('type') != 'object' or not schema.keys() <= _PLAIN_OBJECT
-            or schema.get('additionalProperties', False) is not False): return False
-    props, required = schema.get('properties') or {}, schema.get('required') or []
-    if type(props) is not dict or type(required) is not list or any(k not in value for k in required):
-        return False
-    for k, v in value.items():
-        p = props.get(k)
-        if type(p) is not dict or not p.keys() <= _PLAIN_PROPERTY: return False
-        t, enum = p.get('type'), p.get('enum')
-        if type(t) is not str or type(v) not in _PLAIN_TYPES.get(t, ()): return False
-        if type(v) is float and not math.isfinite(v): return False
-        if 'enum' in p and (type(v) is not str or type(enum) is not list or v not in enum): return False
-    return True
-
-def validate_arguments(value: Any,  # the arguments
-                       schema: dict,  # JSON schema of `value` (a tool's `parameters`)
-                       top: bool = True) -> list[str]:  # reject arguments the schema does not list
-    "Check `value` against `schema` with `jsonschema`; return the problems (at most 10)."
-    if not isinstance(schema, dict) or _plainly_valid(value, schema): return []
-    if top and schema.get('type') == 'object' and 'additionalProperties' not in schema:
-        schema = {**schema, 'additionalProperties': False}
-    try:
-        errs = list(itertools.islice(_Validator(schema).iter_errors(value), 10))
-        errs.sort(key=lambda e: e.validator != 'required')  # what is missing first
-        msgs = [m for e in errs for m in _messages(e, top)]
-    except RecursionError: return ['arguments are nested too deeply to check']
-    except Exception as e:  # a broken schema is the tool's bug, not the model's
-        logger.warning('cannot check arguments against the schema %s: %r', short(schema), e)
-        return [f'the schema of this tool cannot be checked: {truncate_middle(str(e), 160)}']
-    return list(dict.fromkeys(msgs))
 
 # %% ../nbs/01_tools.ipynb #806a52fa
 TOOL_THREADS = 64
