@@ -106,9 +106,11 @@ def text_encoder(tokenizer):
     bt = _fast_backend(tokenizer, 'encode', 'encode_plus', '_encode_plus', '_batch_encode_plus')
     if bt is None: return slow
     split = bool(getattr(tokenizer, 'split_special_tokens', False))
+    batch = getattr(bt, 'encode_batch_fast', None)  # tokenizers >= 0.21: no offsets, no GIL held
     def encode(text: str) -> list[int]:
         if (type(text) is not str or bt.truncation is not None or bt.padding is not None
                 or bt.encode_special_tokens != split): return slow(text)  # HF resets those first
+        if batch is not None: return batch([text], add_special_tokens=False)[0].ids
         return bt.encode(text, add_special_tokens=False).ids
     return encode
 
