@@ -35,7 +35,8 @@ class BaseEnv(ABC):
         if max_turns < 1: raise ValueError(f'max_turns must be >= 1, got {max_turns}')
         self.task_source, self.max_turns = task, max_turns
         self.task: dict = task if isinstance(task, dict) else {}
-        self.seed, self.rng, self.step_count, self.done = None, random.Random(), 0, False
+        # reset(seed) replaces rng; an unseeded Random() here would read os.urandom for every env made
+        self.seed, self.rng, self.step_count, self.done = None, random.Random(0), 0, False
 
     @property
     def tool_schemas(self) -> list[dict]:
