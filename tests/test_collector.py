@@ -360,3 +360,31 @@ def test_property_trajectories_are_token_exact(script, room, max_turns, group):
         assert t.metrics['tool_calls'] == sum(len(s.action.tool_calls) for s in t.steps)
         if t.status == S.DONE: assert t.steps[-1].action.is_final
     assert Tracked.live == set()
+
+
+@pytest.mark.timeout(120)
+def test_runs_in_two_threads_share_one_heap_freeze_and_leave_none():
+    "Collections overlapping in two threads: the heap is frozen while any runs, unfrozen after the last."
+    import gc, threading
+    frozen_during, results, errors = [], {}, []
+    class Probe(ScriptedEngine):
+        def generate(self, prompts, params):
+            frozen_during.append(gc.get_freeze_count() > 0); time.sleep(0.01)
+            return super().generate(prompts, params)
+    def run(k):
+        try:
+            coll = TrajectoryCollector(Probe(TOK, SCRIPT), TOK, calc_group(),
+                                       config=CollectConfig.tiny(group_size=2))
+            results[k] = coll.run([TASK] * (3 + 5 * k))
+        except Exception as e: errors.append(e)
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    assert not errors and [len(results[k]) for k in range(2)] == [6, 16]
+    assert all(t.status == S.DONE and t.reward == 1.0 for k in results for t in results[k])
+    assert frozen_during and all(frozen_during)
+    assert gc.get_freeze_count() == 0
+    off = TrajectoryCollector(Probe(TOK, SCRIPT), TOK, calc_group(),
+                              config=CollectConfig.tiny(group_size=1, freeze_gc=False))
+    frozen_during.clear(); off.run([TASK])
+    assert frozen_during and not any(frozen_during)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/07a_collector.ipynb #55480e59
 from __future__ import annotations
-import asyncio, contextlib, gc, inspect, itertools, logging, time
+import asyncio, contextlib, gc, inspect, itertools, logging, threading, time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 from fastcore.basics import patch
@@ -173,19 +173,20 @@ def _publish(self: TrajectoryCollector, traj: Trajectory, sink: Callable | None 
         except Exception as e: _log.warning('trajectory callback %r failed: %r', fn, e)
 
 # %% ../nbs/07a_collector.ipynb #c52922fb
-_frozen_depth = 0  # frozen_heap blocks open now (concurrent runs): the last one out unfreezes
+_frozen = [0, threading.Lock()]  # frozen_heap blocks open now (overlapping runs, any thread); its lock
 
 @contextlib.contextmanager
 def frozen_heap(on: bool = True):
     "Keep the cyclic garbage collector off every object alive now until the block ends (`gc.freeze`)."
-    global _frozen_depth
     if not on: yield; return
-    if not _frozen_depth: gc.freeze()
-    _frozen_depth += 1
+    with _frozen[1]:
+        if not _frozen[0]: gc.freeze()
+        _frozen[0] += 1
     try: yield
     finally:
-        _frozen_depth -= 1
-        if not _frozen_depth: gc.unfreeze()
+        with _frozen[1]:
+            _frozen[0] -= 1
+            if not _frozen[0]: gc.unfreeze()  # the last run out
 
 # %% ../nbs/07a_collector.ipynb #3879c0ba
 @patch
