@@ -102,7 +102,7 @@ def _messages(e: jsonschema.ValidationError, top: bool) -> list[str]:
     return [f'{at}: {truncate_middle(e.message, 200)}']
 
 # %% ../nbs/00b_arguments.ipynb #71979a71
-_PLAIN_TYPES = {'string': (str,), 'integer': (int,), 'number': (int, float), 'boolean': (bool,)}
+_PLAIN_TYPES = frozenset(('string', 'integer', 'number', 'boolean'))  # `_is_type` decides these alone
 _PLAIN_OBJECT = frozenset(('type', 'properties', 'required', 'additionalProperties', 'description', 'title'))
 _PLAIN_PROPERTY = frozenset(('type', 'enum', 'description', 'title'))
 
@@ -117,8 +117,7 @@ def _plainly_valid(value: Any, schema: dict) -> bool:
         p = props.get(k)
         if type(p) is not dict or not p.keys() <= _PLAIN_PROPERTY: return False
         t, enum = p.get('type'), p.get('enum')
-        if type(t) is not str or type(v) not in _PLAIN_TYPES.get(t, ()): return False
-        if type(v) is float and not math.isfinite(v): return False
+        if type(t) is not str or t not in _PLAIN_TYPES or not _is_type(v, t): return False
         if 'enum' in p and (type(v) is not str or type(enum) is not list or v not in enum): return False
     return True
 
