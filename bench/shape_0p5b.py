@@ -1,8 +1,8 @@
 """A Qwen2.5-0.5B-shaped checkpoint (random weights written by our `save_hf`): our JaxEngine against
 sglang-jax at batch 8, a 3-turn multi-turn workload on both engines (sglang-jax with its radix cache,
-reporting the prefix-hit rate per turn; our sampler with and without its prefix cache, and its prefill
-tokens per turn), our sampler with and
-without its prefix cache (`reuse`: prefill tokens per turn, time, equality), and one GRPO learner
+reporting the prefix-hit rate per turn; our sampler with and without its prefix cache, timed in the
+same run), our sampler with and without its prefix cache alone (`reuse`: prefill tokens per turn,
+time, equality), and one GRPO learner
 step at 1,024 tokens (time and peak memory). Each part runs in a fresh subprocess, so peak RSS is its own.
 
 Shape: vocab 151,936, hidden 896, MLP 4,864, 24 layers, tied embeddings, rope theta 1e6: Qwen2.5-0.5B's.
@@ -105,6 +105,22 @@ def part_decode(a) -> dict:
     return dict(ours_tok_s=n / t_o, sglang_tok_s=n / t_s, greedy_rows_equal=same, rows=a.batch)
 
 
+def turn_prompts(engine, a) -> tuple[list[list[list[int]]], list[int]]:
+    """The prompts of three tool-agent turns, and the tool answer's ids: turn 1 carries the
+    calculator's tool schemas; turn k+1's prompt is turn k's + `engine`'s greedy output + the answer."""
+    from tunix_agentic.rollout import SamplingParams
+    tok, _ = tokenizer()
+    answer = tok.encode('<|im_end|>\n<|im_start|>user\n<tool_response>\n391\n</tool_response>'
+                        '<|im_end|>\n<|im_start|>assistant\n', add_special_tokens=False)
+    sp = SamplingParams(temperature=0.0, max_new_tokens=a.new)
+    turns, cur = [], prompts(a.batch, tools=True)
+    for _ in range(3):
+        turns.append(cur)
+        outs = engine.generate(cur, sp)
+        cur = [p + o.token_ids + answer for p, o in zip(cur, outs)]
+    return turns, answer
+
+
 def part_turns(a) -> dict:
     """Three turns of a tool agent: turn 1's prompt carries the calculator's tool schemas; turn k+1's
     prompt is turn k's prompt + its output + a 24-token tool answer.
@@ -114,18 +130,11 @@ def part_turns(a) -> dict:
     from tunix_agentic.rollout import SamplingParams
     from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
     from tunix_agentic.sglang_engine import SglangConfig, SglangJaxEngine
-    tok, _ = tokenizer()
-    answer = tok.encode('<|im_end|>\n<|im_start|>user\n<tool_response>\n391\n</tool_response>'
-                        '<|im_end|>\n<|im_start|>assistant\n', add_special_tokens=False)
     sp = SamplingParams(temperature=0.0, max_new_tokens=a.new)
     model, _ = load_hf(CKPT)
     ours = JaxEngine(model, config=JaxEngineConfig(max_batch=a.batch, min_batch_bucket=a.batch,
                                                    min_gen_bucket=a.new))
-    turns, cur = [], prompts(a.batch, tools=True)
-    for _ in range(3):  # the prompts of each turn, from our sampler's greedy outputs
-        turns.append(cur)
-        outs = ours.generate(cur, sp)
-        cur = [p + o.token_ids + answer for p, o in zip(cur, outs)]
+    turns, answer = turn_prompts(ours, a)  # from our sampler's greedy outputs
     ours.generate(turns[0], sp)  # warm-up of the first bucket
     t = time.perf_counter()
     for ps in turns: ours.generate(ps, sp)
@@ -172,19 +181,12 @@ def part_reuse(a) -> dict:
     from tunix_agentic.models import load_hf
     from tunix_agentic.rollout import SamplingParams
     from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
-    tok, _ = tokenizer()
-    answer = tok.encode('<|im_end|>\n<|im_start|>user\n<tool_response>\n391\n</tool_response>'
-                        '<|im_end|>\n<|im_start|>assistant\n', add_special_tokens=False)
     sp = SamplingParams(temperature=0.0, max_new_tokens=a.new)
     model, _ = load_hf(CKPT)
     kw = dict(max_batch=a.batch, min_batch_bucket=a.batch, min_gen_bucket=a.new)
     engines = dict(full=JaxEngine(model, config=JaxEngineConfig(**kw)),
                    reuse=JaxEngine(model, config=JaxEngineConfig(**kw, prefix_cache_tokens=1 << 16)))
-    turns, cur = [], prompts(a.batch, tools=True)
-    for _ in range(3):  # the prompts of each turn, from the default path's greedy outputs
-        turns.append(cur)
-        outs = engines['full'].generate(cur, sp)
-        cur = [p + o.token_ids + answer for p, o in zip(cur, outs)]
+    turns, _ = turn_prompts(engines['full'], a)  # from the default path's greedy outputs
     for ps in turns: engines['reuse'].generate(ps, sp)  # warm-up: its shapes compile
     res = {k: dict(s=[], turn_s=[], prefill=[], reused=[]) for k in engines}
     outs = {}
