@@ -22,7 +22,10 @@ Every (side, workload, configuration) runs in a fresh subprocess, the sides alte
 each round (and the order reversed every other round); the figures are medians over `--reps`
 rounds. Each child warms up on 8 extra episodes before its timed run and reports its peak RSS
 (whole process, imports included). This project is measured with its default `CollectConfig` and
-with `CollectConfig(prefix_check=0.1)` (a tenth of the episodes re-rendered at the end).
+with `CollectConfig(prefix_check=0.1)` (a tenth of the episodes re-rendered at the end), and in
+(b) also over `--workers` worker processes (`ProcessCollector`, default 2; each worker builds the
+same collector and engine, the parent hands out the 256 tasks): its framework CPU is the parent's
+plus every worker's, less the engines' model time.
 
 Tunix's side is driven as its agentic learner drives it: `RolloutOrchestrator` (group size 8,
 `max_concurrency` = the concurrency) over `TrajectoryCollector`, `ToolAgent` (qwen tool
@@ -56,7 +59,8 @@ Usage (from the repository root, with the project's virtualenv):
   python bench/vs_tunix.py --reps 1 --episodes 200 --sleep-episodes 64   # a quick look
   python bench/vs_tunix.py --tunix-python /path/to/python   # a Python that has google-tunix 0.1.7
 The last line states the ratios: CPU per turn Tunix / ours in token mode at both concurrencies,
-and (b) wall / critical path on both sides.
+and (b) wall / critical path on both sides (ours in one process, with prefix_check=0.1, and over
+worker processes).
 """
 import argparse, asyncio, json, os, random, re, resource, statistics, subprocess, sys, tempfile
 import time
@@ -213,8 +217,10 @@ def tunix_child(spec: dict) -> dict:
 
 
 # ---------------------------------------------------------------- this project's side
-def ours_child(spec: dict) -> dict:
-    "One timed collection with this project's collector."
+SLEPT: list[float] = []  # tool sleeps done in this process (in each worker process with --workers)
+
+def ours_collector(spec: dict):
+    "This project's collector for `spec` (module level, so worker processes can build it too)."
     os.environ.setdefault('JAX_PLATFORMS', 'cpu')
     sys.path.insert(0, str(ROOT))
     from tunix_agentic.agents import ToolAgent
@@ -222,15 +228,13 @@ def ours_child(spec: dict) -> dict:
     from tunix_agentic.envs import EnvGroup, EnvSpec
     from tunix_agentic.rollout import BaseEngine, GenerateOutput, SamplingParams
     from tunix_agentic.tools import FunctionTool
-    from tunix_agentic.types import TrajectoryStatus
     from transformers import AutoTokenizer
 
     n = _spec_n(spec)
-    sleeps, crit = sleep_schedule(n, spec['seed']) if spec['workload'] == 'b' else ({}, None)
+    sleeps, _ = sleep_schedule(n, spec['seed']) if spec['workload'] == 'b' else ({}, None)
     tok = AutoTokenizer.from_pretrained(spec['tokenizer_dir'])  # the same files as Tunix's side
     eos, resp_id = (tok.convert_tokens_to_ids(t) for t in ('<|im_end|>', '<tool_response>'))
-    total = n + WARMUP
-    resp = [responses_for(i) for i in range(total)]
+    resp = [responses_for(i) for i in range(n + WARMUP * max(1, spec.get('workers') or 0))]
     ids = {r: tok.encode(r, add_special_tokens=False) + [eos] for rs in resp for r in rs}
 
     class InstantEngine(BaseEngine):
@@ -250,7 +254,6 @@ def ours_child(spec: dict) -> dict:
             self.cpu_s += time.thread_time() - c
             return out
 
-    slept = []
     if spec['workload'] == 'a':
         def calculator(a: float, b: float, op: str) -> str: return calculate(a, b, op)
         tool = FunctionTool(calculator, description=CALC_DESCRIPTION, parameters=CALC_PARAMETERS,
@@ -258,7 +261,7 @@ def ours_child(spec: dict) -> dict:
     else:
         async def calculator(a: float, b: float, op: str) -> str:
             s = sleeps.get((a, b, op))
-            if s: await asyncio.sleep(s); slept.append(s)
+            if s: await asyncio.sleep(s); SLEPT.append(s)
             return calculate(a, b, op)
         tool = FunctionTool(calculator, description=CALC_DESCRIPTION, parameters=CALC_PARAMETERS)
     envs = EnvGroup({'calc': EnvSpec(env='tool', tools=[tool], reward_fn='gsm8k', max_turns=10)})
@@ -266,19 +269,46 @@ def ours_child(spec: dict) -> dict:
     kw = {} if spec['prefix_check'] is None else {'prefix_check': spec['prefix_check']}
     cfg = CollectConfig(max_concurrency=mc, max_seq_len=8192, episode_timeout_s=1800,
                         sampling=SamplingParams(max_new_tokens=128), **kw)
-    engine = InstantEngine()
-    agent_fn = lambda task: ToolAgent(system_prompt=SYSTEM_PROMPT)
-    tasks = [{'question': question(i), 'answer': str((i + 4) * 5)} for i in range(total)]
-    TrajectoryCollector(engine, tok, envs, config=cfg, agent_fn=agent_fn).run(tasks[n:])
-    coll = TrajectoryCollector(engine, tok, envs, config=cfg, agent_fn=agent_fn)
-    m0, t0, c0 = engine.cpu_s, time.perf_counter(), time.process_time()
-    trajs = coll.run(tasks[:n])
+    return TrajectoryCollector(InstantEngine(), tok, envs, config=cfg,
+                               agent_fn=lambda task: ToolAgent(system_prompt=SYSTEM_PROMPT))
+
+def ours_tasks(lo: int, hi: int) -> list[dict]:
+    return [{'question': question(i), 'answer': str((i + 4) * 5)} for i in range(lo, hi)]
+
+def worker_counters(collector) -> tuple[float, float, int]:
+    "A worker process's CPU time, its engine's CPU time and its tool sleeps so far."
+    return time.process_time(), collector.engine.cpu_s, len(SLEPT)
+
+def ours_child(spec: dict) -> dict:
+    "One timed collection with this project's collector (in `spec['workers']` processes, if set)."
+    import functools
+    n, workers = _spec_n(spec), spec.get('workers') or 0
+    crit = sleep_schedule(n, spec['seed'])[1] if spec['workload'] == 'b' else None
+    if workers:  # the factory by reference to an importable module, not to this `__main__`
+        sys.path.insert(0, str(ROOT / 'bench'))
+        import vs_tunix as bench
+        from tunix_agentic.process_workers import ProcessCollector
+        coll = ProcessCollector(functools.partial(bench.ours_collector, spec), workers)
+        counters = lambda: coll.call(bench.worker_counters)
+    else:
+        coll = ours_collector(spec)
+        counters = lambda: [worker_counters(coll)]
+    from tunix_agentic.types import TrajectoryStatus
+    coll.run(ours_tasks(n, n + WARMUP * max(1, workers)))  # warm-up, untimed: WARMUP per process
+    before, c0, t0 = counters(), time.process_time(), time.perf_counter()
+    trajs = coll.run(ours_tasks(0, n))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    after = counters()
+    if workers: coll.close()
+    # the parent's CPU plus every worker's (with workers), less the engines' model time
+    cpu += sum(a[0] - b[0] for a, b in zip(after, before)) if workers else 0.0
+    model_cpu = sum(a[1] - b[1] for a, b in zip(after, before))
+    slept = sum(a[2] - b[2] for a, b in zip(after, before))
     ok = lambda t: t.status == TrajectoryStatus.DONE and t.reward == 1.0 and t.metrics['turns'] == 3
     bad = sum(not ok(t) for t in trajs) + n - len(trajs)
-    bad += abs(2 * n - len(slept)) if spec['workload'] == 'b' else 0  # every tool call slept
-    return dict(wall_s=wall, cpu_s=cpu, model_cpu_s=engine.cpu_s - m0, turns=3 * n, bad=bad,
-                critical_s=crit, sleeps=len(slept), threads=None)
+    bad += abs(2 * n - slept) if spec['workload'] == 'b' else 0  # every tool call slept
+    return dict(wall_s=wall, cpu_s=cpu, model_cpu_s=model_cpu, turns=3 * n, bad=bad,
+                critical_s=crit, sleeps=slept, threads=None, workers=workers)
 
 
 def child_main(spec: dict):
@@ -320,8 +350,8 @@ def configs(args) -> list[dict]:
     base = dict(episodes=args.episodes, sleep_episodes=args.sleep_episodes, seed=args.seed)
     tunix = lambda wl, mode, conc: dict(base, side='tunix', workload=wl, mode=mode,
                                         concurrency=conc)
-    ours = lambda wl, conc, pc: dict(base, side='ours', workload=wl, mode='token', concurrency=conc,
-                                     prefix_check=pc)
+    ours = lambda wl, conc, pc, workers=0: dict(base, side='ours', workload=wl, mode='token',
+                                                concurrency=conc, prefix_check=pc, workers=workers)
     out = []
     if 'a' in args.workloads:  # Tunix token, ours default, Tunix text, ours prefix_check=0.1
         for conc in ('all', str(args.concurrency)):
@@ -330,11 +360,13 @@ def configs(args) -> list[dict]:
     if 'b' in args.workloads:
         out += [ours('b', 'all', None), tunix('b', 'token', 'all'),
                 ours('b', 'all', args.prefix_check)]
+        if args.workers: out.append(ours('b', 'all', None, args.workers))
     return out
 
 def key(spec: dict) -> tuple:
-    pc = spec.get('prefix_check')
+    pc, workers = spec.get('prefix_check'), spec.get('workers')
     side = spec['side'] if pc is None else f"ours pc={pc:g}"
+    if workers: side = f'ours w={workers}'
     return spec['workload'], side, spec['mode'], spec['concurrency']
 
 def run_one(spec: dict, py: str, pause_file: str | None) -> dict | None:
@@ -397,7 +429,9 @@ def report(results: dict, args) -> None:
     print(f'RESULT: CPU per turn Tunix / ours, token mode: all-concurrent {cpu("ours", "all"):.2f}'
           f' (prefix_check={args.prefix_check:g}: {cpu(pc, "all"):.2f}), {conc[1]} concurrent '
           f'{cpu("ours", conc[1]):.2f} ({cpu(pc, conc[1]):.2f}); (b) wall / critical path: '
-          f'Tunix {crit("tunix"):.2f}, ours {crit("ours"):.2f} ({crit(pc):.2f}); '
+          f'Tunix {crit("tunix"):.2f}, ours {crit("ours"):.2f} ({crit(pc):.2f}'
+          + (f'; {args.workers} worker processes: {crit(f"ours w={args.workers}"):.2f}'
+             if args.workers and 'b' in args.workloads else '') + '); '
           f'{args.reps} rounds, load average {os.getloadavg()[0]:.1f}')
 
 def main(argv=None):
@@ -410,6 +444,8 @@ def main(argv=None):
     ap.add_argument('--workloads', default='ab', help="'a', 'b' or 'ab'")
     ap.add_argument('--prefix-check', type=float, default=0.1,
                     help="our second configuration's CollectConfig.prefix_check")
+    ap.add_argument('--workers', type=int, default=2,
+                    help='(b) also with a ProcessCollector of this many worker processes (0: no)')
     ap.add_argument('--seed', type=int, default=0)
     ap.add_argument('--tunix-venv', type=Path, default=DEFAULT_VENV)
     ap.add_argument('--tunix-python', help='a Python with google-tunix 0.1.7 (skips the venv)')

@@ -7,14 +7,15 @@ from __future__ import annotations
 import asyncio, collections, itertools, logging, os, socket
 from typing import Any, Callable, Iterable
 from fastcore.basics import patch
-from .collector import CollectConfig, TrajectoryCollector
+from .collector import CollectConfig, TrajectoryCollector, frozen_heap
 from .dumps import DumpWriter
 from .ray_limiter import require_ray
 from .rollout import run_sync
 from .types import Trajectory
 
 # %% auto #0
-__all__ = ['logger', 'RolloutWorker', 'multiply_solver', 'scripted_calculator', 'WorkerWeights', 'RayCollector']
+__all__ = ['logger', 'RolloutWorker', 'multiply_solver', 'scripted_calculator', 'WorkerWeights', 'WorkerDied', 'WorkerPool',
+           'RayCollector']
 
 # %% ../nbs/07c_ray_workers.ipynb #a49841c8
 logger = logging.getLogger(__name__)
@@ -105,8 +106,65 @@ class WorkerWeights:
         return ray.get([w.get_versions.remote() for w in self.workers])
     def close(self): pass
 
+# %% ../nbs/07c_ray_workers.ipynb #eed6e4d9
+class WorkerDied(RuntimeError):
+    "A rollout worker ended while it still had work."
+
+class WorkerPool:
+    "`collect_many` over rollout workers that each run task groups; pools fill in two hooks."
+    config: CollectConfig
+    groups_per_worker: int
+    max_retries: int
+    _groups: itertools.count  # group ids, numbered across calls as one collector numbers them
+    def _live(self) -> list:
+        "The workers that can take groups now."
+        raise NotImplementedError
+    async def _group(self, w, task: dict, group_id: str,
+                     group_size: int | None) -> list[Trajectory]:
+        "Run one group on worker `w`; raise `WorkerDied` if `w` has ended."
+        raise NotImplementedError
+
+# %% ../nbs/07c_ray_workers.ipynb #b67c83c1
+@patch
+async def collect_many(self: WorkerPool, tasks: Iterable[dict], *,
+                       group_size: int | None = None, # default: config.group_size
+                       step: int | None = None, # training step: prefixes ids; picks the dump file
+                       ) -> list[Trajectory]:
+    "All groups of `tasks` over the workers; trajectories in task order."
+    prefix = '' if step is None else f's{step}-'
+    todo = collections.deque((i, t, f'{prefix}g{next(self._groups):06d}', 0)
+                             for i, t in enumerate(tasks))
+    out: list[list[Trajectory] | None] = [None] * len(todo)
+    d = self.config.rollout_data_dir
+    writer = DumpWriter(d, step) if d is not None and step is not None else None
+    async def pull(w):
+        while todo and w in self._live():
+            i, task, gid, tries = todo.popleft()
+            try: out[i] = trajs = await self._group(w, task, gid, group_size)
+            except WorkerDied as e:
+                if tries >= self.max_retries: raise
+                logger.warning('%s; group %s runs again on another worker', e, gid)
+                todo.appendleft((i, task, gid, tries + 1))
+                return
+            if writer is not None:
+                for t in trajs: writer.write(t)
+    try:  # this process unpickles every trajectory: no full garbage collections over its heap
+        with frozen_heap(self.config.freeze_gc):
+            while todo and (live := self._live()):
+                n = self.groups_per_worker  # slots interleaved: the first groups go round-robin
+                await asyncio.gather(*(pull(w) for _ in range(n) for w in live))
+    finally:
+        if writer is not None: writer.close()
+    if todo: raise WorkerDied(f'every rollout worker has ended; {len(todo)} groups not collected')
+    return [t for g in out for t in g]
+
+@patch
+def run(self: WorkerPool, tasks: Iterable[dict], **kw) -> list[Trajectory]:
+    "Synchronous `collect_many` (a fresh event loop; works inside Jupyter too)."
+    return run_sync(self.collect_many(list(tasks), **kw))
+
 # %% ../nbs/07c_ray_workers.ipynb #f00826ac
-class RayCollector:
+class RayCollector(WorkerPool):
     "`collect_many` over Ray rollout workers; `OnlineLoop` takes it as its collector."
     def __init__(self, make_collector: Callable[[], TrajectoryCollector], # run in each worker
                  num_workers: int = 2,
@@ -127,50 +185,19 @@ class RayCollector:
         self.groups_per_worker, self.max_retries = groups_per_worker, max_retries
         self._groups = itertools.count()
     def __repr__(self): return f'RayCollector({len(self.workers)} workers)'
+    def _live(self) -> list: return list(self.workers)
+    async def _group(self, w, task: dict, group_id: str,
+                     group_size: int | None) -> list[Trajectory]:
+        from ray.exceptions import RayActorError
+        try: return await w.collect_group.remote(task, group_id, group_size)
+        except RayActorError as e:
+            if w in self.workers: self.workers.remove(w)
+            raise WorkerDied(f'a rollout worker died ({e!r})') from e
     def info(self) -> list[dict]:
         "Where each worker runs."
         return require_ray().get([w.info.remote() for w in self.workers])
 
 # %% ../nbs/07c_ray_workers.ipynb #2f3ebe8a
-@patch
-async def collect_many(self: RayCollector, tasks: Iterable[dict], *,
-                       group_size: int | None = None, # default: config.group_size
-                       step: int | None = None, # training step: prefixes ids; picks the dump file
-                       ) -> list[Trajectory]:
-    "All groups of `tasks` over the workers; trajectories in task order."
-    from ray.exceptions import RayActorError
-    prefix = '' if step is None else f's{step}-'
-    todo = collections.deque((i, t, f'{prefix}g{next(self._groups):06d}', 0)
-                             for i, t in enumerate(tasks))
-    out: list[list[Trajectory] | None] = [None] * len(todo)
-    d = self.config.rollout_data_dir
-    writer = DumpWriter(d, step) if d is not None and step is not None else None
-    async def pull(w):
-        while todo:
-            i, task, gid, tries = todo.popleft()
-            try: out[i] = trajs = await w.collect_group.remote(task, gid, group_size)
-            except RayActorError as e:
-                if tries >= self.max_retries: raise
-                logger.warning('a rollout worker died (%r); group %s runs again', e, gid)
-                todo.appendleft((i, task, gid, tries + 1))
-                if w in self.workers: self.workers.remove(w)
-                return
-            if writer is not None:
-                for t in trajs: writer.write(t)
-    try:
-        while todo and self.workers:
-            await asyncio.gather(*(pull(w) for w in list(self.workers)
-                                   for _ in range(self.groups_per_worker)))
-    finally:
-        if writer is not None: writer.close()
-    if todo: raise RuntimeError(f'every rollout worker died; {len(todo)} groups not collected')
-    return [t for g in out for t in g]
-
-@patch
-def run(self: RayCollector, tasks: Iterable[dict], **kw) -> list[Trajectory]:
-    "Synchronous `collect_many`."
-    return run_sync(self.collect_many(list(tasks), **kw))
-
 @patch
 def close(self: RayCollector):
     "Stop the workers."

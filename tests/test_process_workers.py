@@ -1,0 +1,142 @@
+"""ProcessCollector: worker processes on one machine (what its notebook can't host: killed workers,
+a dead parent, dumps, the online loop)."""
+import dataclasses, functools, json, logging, os, signal, subprocess, sys, textwrap, threading, time
+import pytest
+from tunix_agentic.process_workers import ProcessCollector, WorkerDied, WorkerError
+from tunix_agentic.ray_workers import scripted_calculator
+
+TASKS = [{'question': f'What is {a}*{a + 7}?', 'answer': str(a * (a + 7) + (a % 3 == 0))}
+         for a in range(11, 27)]
+
+
+def _key(t):
+    return (t.episode_id, t.group_id, t.status, t.input_ids, t.response_mask, t.logprobs,
+            t.prompt_len, t.reward, [s.reward for s in t.steps], t.messages, t.policy_version)
+
+
+def _wait_for(cond, timeout_s=60.0):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if (v := cond()): return v
+        time.sleep(0.01)
+    raise AssertionError(f'not true within {timeout_s} s')
+
+
+def test_equal_to_one_process_and_numbering_goes_on():
+    want = scripted_calculator().run(TASKS)
+    with ProcessCollector(scripted_calculator, 2, groups_per_worker=3) as pc:
+        got = pc.run(TASKS)
+        assert [_key(t) for t in got] == [_key(t) for t in want]
+        assert 0 < sum(t.reward for t in got) < len(got)  # rewards differ between tasks
+        again = pc.run(TASKS[:2], step=5)
+        assert [t.group_id for t in again[::2]] == ['s5-g000016', 's5-g000017']
+        n_groups = pc.call(lambda c: len({s.group_id for s in c.states.values()}))
+        assert sum(n_groups) == 18 and all(n > 0 for n in n_groups)  # both workers had groups
+
+
+def _slow(tool_ms=300):
+    return scripted_calculator(2, tool_ms=tool_ms)
+
+
+def test_a_killed_worker_loses_no_group(caplog):
+    "SIGKILL one worker while it holds groups: they run again on the other; nothing is lost."
+    want = _slow(0).run(TASKS)
+    pc = ProcessCollector(_slow, 2, groups_per_worker=2)
+    try:
+        victim = pc.workers[0]
+        out = {}
+        t = threading.Thread(target=lambda: out.setdefault('trajs', pc.run(TASKS)))
+        with caplog.at_level(logging.WARNING, logger='tunix_agentic.process_workers'):
+            t.start()
+            _wait_for(lambda: len(victim.pending) == 2)  # both of its groups in flight
+            os.kill(victim.process.pid, signal.SIGKILL)
+            t.join(120)
+        assert not t.is_alive()
+        assert [_key(t) for t in out['trajs']] == [_key(t) for t in want]
+        assert not victim.alive and len(pc.alive_workers) == 1
+        assert sum('runs again on another worker' in r.getMessage() for r in caplog.records) == 2
+        assert len(pc.run(TASKS[:2])) == 4  # the survivor goes on
+    finally: pc.close()
+
+
+def test_without_retries_a_killed_worker_fails_the_collection():
+    pc = ProcessCollector(_slow, 2, groups_per_worker=1, max_retries=0)
+    try:
+        victim, out = pc.workers[1], {}
+        def run():
+            try: pc.run(TASKS[:4])
+            except Exception as e: out['error'] = e
+        t = threading.Thread(target=run); t.start()
+        _wait_for(lambda: victim.pending)
+        os.kill(victim.process.pid, signal.SIGKILL)
+        t.join(120)
+        assert isinstance(out.get('error'), WorkerDied)
+        assert 'worker 1' in str(out['error']) and 'exit code -9' in str(out['error'])
+    finally: pc.close()
+
+
+def test_errors_in_a_worker_come_back_with_its_traceback():
+    with ProcessCollector(scripted_calculator, 1) as pc:
+        with pytest.raises(WorkerError, match='ZeroDivisionError'): pc.call(lambda c: 1 / 0)
+        with pytest.raises(WorkerError, match='pickle'): pc.call(lambda c: threading.Lock())
+        assert pc.call(lambda c: c.config.group_size) == [2]  # the worker is still fine
+
+
+def test_a_dead_parent_ends_its_workers(tmp_path):
+    "The workers' pipes end with their parent; they exit instead of lingering."
+    script = tmp_path / 'parent.py'
+    script.write_text(textwrap.dedent('''
+        import os, sys
+        from tunix_agentic.process_workers import ProcessCollector
+        from tunix_agentic.ray_workers import scripted_calculator
+        if __name__ == '__main__':
+            pc = ProcessCollector(scripted_calculator, 2)
+            print(' '.join(str(w.process.pid) for w in pc.workers), flush=True)
+            os._exit(0)  # no close(), no atexit: as if killed
+    '''))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       cwd=os.getcwd())
+    assert p.returncode == 0, p.stderr
+    pids = [int(x) for x in p.stdout.split()]
+    assert len(pids) == 2
+    def gone(pid):
+        try: os.kill(pid, 0)
+        except ProcessLookupError: return True
+        with open(f'/proc/{pid}/stat') as f: return f.read().split()[2] == 'Z'  # a zombie has ended
+    _wait_for(lambda: all(gone(pid) for pid in pids), 60)
+
+
+def _dumping(d):
+    c = scripted_calculator()
+    c.config = dataclasses.replace(c.config, rollout_data_dir=str(d))
+    return c
+
+
+def test_a_step_is_dumped_as_its_groups_arrive(tmp_path):
+    from tunix_agentic.dumps import load_step
+    with ProcessCollector(functools.partial(_dumping, tmp_path), 2) as pc:
+        got = pc.run(TASKS[:6], step=2)
+    dumped = load_step(tmp_path, 2)
+    assert sorted(t.episode_id for t in dumped) == sorted(t.episode_id for t in got)
+    assert len(dumped) == 12
+
+
+@pytest.mark.timeout(900)
+def test_online_loop_on_worker_processes(tmp_path):
+    from flax import nnx
+    from tunix_agentic.loop import LoopConfig, OnlineLoop, read_metrics
+    from tunix_agentic.models import ModelConfig, Qwen2
+    from tunix_agentic.tokenizer import build_tiny_tokenizer
+    from tunix_agentic.trainer import Trainer, TrainerConfig
+    tok = build_tiny_tokenizer()
+    mcfg = ModelConfig.tiny(vocab_size=len(tok), num_layers=1, hidden_size=32,
+                            intermediate_size=64, head_dim=16)
+    with ProcessCollector(scripted_calculator, 2) as pc:
+        tr = Trainer(Qwen2(mcfg, rngs=nnx.Rngs(0)), TrainerConfig.tiny(buckets=(1024,)))
+        lp = OnlineLoop(tr, pc, TASKS, LoopConfig.tiny(mode='sync', steps=2, output_dir=str(tmp_path),
+                                                       tensorboard=False))
+        recs = lp.run()
+        assert [r['step'] for r in recs] == [0, 1] and all(r['episodes'] == 4 for r in recs)
+        assert pc.engine.versions() == [[0, 1, 2], [0, 1, 2]]  # every worker got every version
+        assert all(r['max_staleness_trained'] == 0 for r in recs)
+        assert len(read_metrics(tmp_path / 'metrics.jsonl')) == 2
