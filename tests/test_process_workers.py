@@ -140,3 +140,21 @@ def test_online_loop_on_worker_processes(tmp_path):
         assert pc.engine.versions() == [[0, 1, 2], [0, 1, 2]]  # every worker got every version
         assert all(r['max_staleness_trained'] == 0 for r in recs)
         assert len(read_metrics(tmp_path / 'metrics.jsonl')) == 2
+
+
+def test_workers_sampling_from_a_central_engine():
+    "The engine lives in this process behind an EngineServer; workers sample over HTTP."
+    from tunix_agentic.ray_workers import multiply_solver
+    from tunix_agentic.rollout import ScriptedEngine
+    from tunix_agentic.server import EngineServer
+    from tunix_agentic.tokenizer import build_tiny_tokenizer
+    tok = build_tiny_tokenizer()
+    engine = ScriptedEngine(tok, multiply_solver, logprob=-0.25)
+    with EngineServer(engine, tok) as srv:
+        with ProcessCollector(functools.partial(scripted_calculator, 2, engine_url=srv.url), 2,
+                              engine=engine) as pc:
+            got = pc.run(TASKS[:8])
+            want = scripted_calculator(2, logprob=-0.25).run(TASKS[:8])
+            assert [_key(t) for t in got] == [_key(t) for t in want]
+            pc.engine.update_params(None, 5)  # the weights go to the central engine only
+            assert all(t.metrics['policy_version_last'] == 5 for t in pc.run(TASKS[:2]))
