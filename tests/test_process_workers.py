@@ -158,3 +158,49 @@ def test_workers_sampling_from_a_central_engine():
             assert [_key(t) for t in got] == [_key(t) for t in want]
             pc.engine.update_params(None, 5)  # the weights go to the central engine only
             assert all(t.metrics['policy_version_last'] == 5 for t in pc.run(TASKS[:2]))
+
+
+def _default_model_collector():
+    "The calculator collector, sampling from our JaxEngine on the embedded default model."
+    from tunix_agentic.default_model import load_default
+    from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
+    c = scripted_calculator(2)
+    model, _, _ = load_default()
+    c.engine = JaxEngine(model, config=JaxEngineConfig.tiny())
+    return c
+
+
+def _sums(state) -> list[float]:
+    import jax, numpy as np
+    return [float(np.asarray(x, dtype=np.float64).sum()) for x in jax.tree.leaves(state)]
+
+
+def _param_sums(collector) -> list[float]:
+    "Every parameter's sum, as the worker's engine will sample with it."
+    from flax import nnx
+    e = collector.engine
+    return _sums(e._state if e._state is not None else nnx.state(e.model))
+
+
+@pytest.mark.timeout(900)
+def test_new_weights_reach_every_workers_jax_engine():
+    "A trainer's new state (an nnx.Module here) lands, as device arrays, in each worker's JaxEngine."
+    import jax, numpy as np
+    from flax import nnx
+    from tunix_agentic.default_model import load_default
+    model, _, _ = load_default()
+    nnx.update(model, jax.tree.map(lambda x: x * 0.5 + 0.01, nnx.state(model, nnx.Param)))
+    want = _sums(nnx.state(model))  # other weights than the workers load
+    with ProcessCollector(_default_model_collector, 2, groups_per_worker=2) as pc:
+        before = pc.call(_param_sums)
+        assert before[0] == before[1] and before[0] != want
+        pc.engine.update_params(model, 3)
+        after = pc.call(_param_sums)
+        assert after[0] == after[1]
+        np.testing.assert_allclose(after[0], want, rtol=1e-6)
+        kinds = pc.call(lambda c: sorted({type(x).__name__ for x in jax.tree.leaves(c.engine._state)}))
+        assert kinds == [['ArrayImpl'], ['ArrayImpl']]  # device arrays, not numpy copies per call
+        trajs = pc.run(TASKS[:4])
+        assert len(trajs) == 8 and {t.policy_version for t in trajs} == {3}
+        assert all(t.metrics['policy_version_last'] == 3 for t in trajs)
+        assert all(sum(t.response_mask) > 0 for t in trajs)  # the model sampled every episode

@@ -693,6 +693,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/tunix_agentic', 'doc_host'
                                                                                            'tunix_agentic/process_workers.py'),
                                                'tunix_agentic.process_workers._handle': ( 'process_workers.html#_handle',
                                                                                           'tunix_agentic/process_workers.py'),
+                                               'tunix_agentic.process_workers._on_device': ( 'process_workers.html#_on_device',
+                                                                                             'tunix_agentic/process_workers.py'),
                                                'tunix_agentic.process_workers._serve': ( 'process_workers.html#_serve',
                                                                                          'tunix_agentic/process_workers.py'),
                                                'tunix_agentic.process_workers._settle': ( 'process_workers.html#_settle',
