@@ -267,12 +267,12 @@ def test_tool_output_cannot_forge_special_tokens(template):
 def test_planted_drift_is_caught_after_the_checked_uses(template):
     """The prefix check encodes only the sampled turns once its first uses agreed with whole
     encodes (`chat._SHORTCUT_CHECKS`); drift planted after that is still found, and measured."""
-    from tunix_agentic.chat import _LEDGERS, _SHORTCUT_CHECKS
+    from tunix_agentic.chat import _LEDGERS, _SHORTCUT_CHECKS, _Shortcut
     tok = tokenizer_for(template)
     think = template != 'qwen2_5'
     for _ in range(_SHORTCUT_CHECKS + 1):
         assert run_episode(tok, script(think), drift_policy='error')[0].prefix_check().ok
-    assert [s for s in _LEDGERS[tok].values()] == [[_SHORTCUT_CHECKS, True]]
+    assert [s for s in _LEDGERS[tok].values()] == [_Shortcut(_SHORTCUT_CHECKS, True)]
     # a sampled turn that is not BPE's own tokenization of its text
     enc, *_ = run_episode(tok, script(think)[:1], drift_policy='warn')
     pre = tok.encode('<think>\nSay it.\n</think>\n\n') if think else []
@@ -285,4 +285,4 @@ def test_planted_drift_is_caught_after_the_checked_uses(template):
     enc.messages[2]['content'] = enc.messages[2]['content'].replace('12', '13')
     with pytest.raises(ChatDriftError, match='chat drift'):
         enc.prefix_check()
-    assert [s for s in _LEDGERS[tok].values()] == [[_SHORTCUT_CHECKS, True]]
+    assert [s for s in _LEDGERS[tok].values()] == [_Shortcut(_SHORTCUT_CHECKS, True)]

@@ -5,7 +5,7 @@
 # %% ../nbs/03a_chat.ipynb #d5dc8cf2
 from __future__ import annotations
 import collections, copy, difflib, json, logging, weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fastcore.basics import patch
 from .types import ToolCall
 from .chat_template import ChatFormat, chat_format, _describe
@@ -112,16 +112,27 @@ def _prepare(self: EpisodeEncoder, m: dict) -> dict:
 _SHORTCUT_CHECKS = 8  # first uses of a head / delta renders / ledger checks compared with the full path
 _HEAD_CACHE = 64  # heads kept per tokenizer, least recently used dropped first
 _HEADS = weakref.WeakKeyDictionary()   # tokenizer -> {(template, tools, kwargs, system): _Head}
-_DELTAS = weakref.WeakKeyDictionary()  # tokenizer -> {(template, kwargs): [checks done, usable]}
-_LEDGERS = weakref.WeakKeyDictionary()  # tokenizer -> {(template, kwargs): [checks done, usable]}
+_DELTAS = weakref.WeakKeyDictionary()  # tokenizer -> {(template, kwargs): _Shortcut}
+_LEDGERS = weakref.WeakKeyDictionary()  # tokenizer -> {(template, kwargs): _Shortcut}
 _PLACEHOLDER = '\x00first-message\x00'
 
 @dataclass
-class _Head:
-    text: str
-    ids: list
+class _Shortcut:
+    "A faster path, compared with the full one on its first uses; one mismatch turns it off for good."
     checks: int = 0
     ok: bool = True
+    @property
+    def checking(self) -> bool: return self.checks < _SHORTCUT_CHECKS
+    def agrees(self, same: bool, tokenizer, warning: str) -> bool:
+        "Count one comparison with the full path; on a mismatch, warn and stay off."
+        self.checks += 1
+        if not same: self.ok = False; log.warning('%s: %s', _describe(tokenizer), warning)
+        return same
+
+@dataclass
+class _Head(_Shortcut):
+    text: str = ''
+    ids: list = field(default_factory=list)
 
 def _cache(store, tokenizer, make=dict) -> dict:
     try:
@@ -154,7 +165,7 @@ def _head(self: EpisodeEncoder, messages: list[dict]) -> _Head | None:
         except Exception: return None
         end = text.find(_PLACEHOLDER)
         cut = max((text.rfind(t, 0, end) + len(t) for t in self._added if text.rfind(t, 0, end) >= 0), default=0)
-        if cut: cache[key] = _Head(text[:cut], self.encode(text[:cut]))
+        if cut: cache[key] = _Head(text=text[:cut], ids=self.encode(text[:cut]))
     h = cache[key]
     return h if h is not None and h.ok else None
 
@@ -166,14 +177,10 @@ def _encode_rendered(self: EpisodeEncoder, text: str, pieces: list | None = None
     if h is None or not text.startswith(h.text):
         ids = self.encode(text); out.append((text, len(ids), False)); return ids
     rest = self.encode(text[len(h.text):])
-    if h.checks < _SHORTCUT_CHECKS:
-        whole = self.encode(text)
-        if h.ids + rest != whole:
-            h.ok = False
-            log.warning('the cached ids of the system prompt and tools do not splice exactly for %s; '
-                        'encoding whole prompts from now on', _describe(self.tokenizer))
-            out.append((text, len(whole), False)); return whole
-        h.checks += 1
+    if h.checking and not h.agrees(h.ids + rest == (whole := self.encode(text)), self.tokenizer,
+                                   'the cached ids of the system prompt and tools do not splice '
+                                   'exactly; encoding whole prompts from now on'):
+        out.append((text, len(whole), False)); return whole
     out += [(h.text, len(h.ids), False), (text[len(h.text):], len(rest), False)]
     return h.ids + rest
 
@@ -247,21 +254,18 @@ def _tail_text(self: EpisodeEncoder, history: list[dict], new: list[dict], n_anc
 @patch
 def _delta_text(self: EpisodeEncoder, new: list[dict]) -> str:
     "The text after the last assistant turn: from a short context, checked against the full one at first."
-    state = _cache(_DELTAS, self.tokenizer).setdefault(self._key()[::2], [0, True])
-    if not state[1]: return self._tail_text(self.messages, new, self._n_anchor)
+    state = _cache(_DELTAS, self.tokenizer).setdefault(self._key()[::2], _Shortcut())
+    if not state.ok: return self._tail_text(self.messages, new, self._n_anchor)
     keep = max(self._n_anchor - 2, 1)  # the first message, then from the one before the last assistant turn
     short = self.messages[:1] + self.messages[keep:]
     rewrites = self.metrics['history_rewrites']
     try: text = self._tail_text(short, new, self._n_anchor - keep + 1, tools=None)
     except Exception: text = None
     self.metrics['history_rewrites'] = rewrites  # counted by the full render only
-    if state[0] < _SHORTCUT_CHECKS or text is None:
+    if state.checking or text is None:
         full = self._tail_text(self.messages, new, self._n_anchor)
-        if text != full:
-            state[1] = False
-            log.warning('%s: delta renders of a short context differ from full renders; rendering '
-                        'whole conversations from now on', _describe(self.tokenizer))
-        state[0] += 1
+        state.agrees(text == full, self.tokenizer, 'delta renders of a short context differ from full '
+                     'renders; rendering whole conversations from now on')
         return full
     return text
 
@@ -327,21 +331,17 @@ def _expected_ids(self: EpisodeEncoder, text: str, ends_assistant: bool) -> list
 @patch
 def _ledger_proves(self: EpisodeEncoder, text: str, ends_assistant: bool) -> bool:
     "Do the pieces our ids were built from show they are `encode(text)` (cut as `_expected_ids` cuts)?"
-    state = _cache(_LEDGERS, self.tokenizer).setdefault(self._key()[::2], [0, True])
-    if self._ledger is None or not state[1]: return False
+    state = _cache(_LEDGERS, self.tokenizer).setdefault(self._key()[::2], _Shortcut())
+    if self._ledger is None or not state.ok: return False
     i = text.rfind(self.eot_text) if ends_assistant else -1
     cut = text if i < 0 else text[:i + len(self.eot_text)] if self._closed else text[:i]
     if ''.join(p[0] for p in self._ledger) != cut: return False  # the text drifted: render in full
     if not spliced_ids_ok(self.encode, self._ledger, self.input_ids, added_tokens(self.tokenizer)):
         return False
-    if state[0] < _SHORTCUT_CHECKS:
-        state[0] += 1
-        if self._expected_ids(text, ends_assistant) != self.input_ids:
-            state[1] = False
-            log.warning('%s: the prefix check from the encoded pieces differs from a whole encode; '
-                        'encoding whole conversations from now on', _describe(self.tokenizer))
-            return False
-    return True
+    return not state.checking or state.agrees(
+        self._expected_ids(text, ends_assistant) == self.input_ids, self.tokenizer,
+        'the prefix check from the encoded pieces differs from a whole encode; encoding whole '
+        'conversations from now on')
 
 # %% ../nbs/03a_chat.ipynb #3389d843
 @patch
