@@ -60,3 +60,24 @@ def calc_group(max_turns: int = 5, extra_tools: tuple = (), qa: bool = False):
                              reward_fn='gsm8k', max_turns=max_turns)}
     if qa: specs['qa'] = EnvSpec(env='single_turn', reward_fn='exact_match', max_turns=1)
     return EnvGroup(specs)
+
+
+def two_sync_steps_over_workers(pool, tasks, out_dir):
+    """`OnlineLoop` on a tiny trainer for two sync steps over a pool of two rollout workers
+    (`RayCollector` or `ProcessCollector`): every step trains on 4 fresh episodes and every worker
+    gets every weight version."""
+    from flax import nnx
+    from tunix_agentic.loop import LoopConfig, OnlineLoop, read_metrics
+    from tunix_agentic.models import ModelConfig, Qwen2
+    from tunix_agentic.tokenizer import build_tiny_tokenizer
+    from tunix_agentic.trainer import Trainer, TrainerConfig
+    mcfg = ModelConfig.tiny(vocab_size=len(build_tiny_tokenizer()), num_layers=1, hidden_size=32,
+                            intermediate_size=64, head_dim=16)
+    tr = Trainer(Qwen2(mcfg, rngs=nnx.Rngs(0)), TrainerConfig.tiny(buckets=(1024,)))
+    lp = OnlineLoop(tr, pool, tasks, LoopConfig.tiny(mode='sync', steps=2, output_dir=str(out_dir),
+                                                     tensorboard=False))
+    recs = lp.run()
+    assert [r['step'] for r in recs] == [0, 1] and all(r['episodes'] == 4 for r in recs)
+    assert pool.engine.versions() == [[0, 1, 2], [0, 1, 2]]  # every worker got every version
+    assert all(r['max_staleness_trained'] == 0 for r in recs)
+    assert len(read_metrics(out_dir / 'metrics.jsonl')) == 2

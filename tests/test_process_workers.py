@@ -1,6 +1,6 @@
 """ProcessCollector: worker processes on one machine (what its notebook can't host: killed workers,
 a dead parent, dumps, the online loop)."""
-import dataclasses, functools, json, logging, os, signal, subprocess, sys, textwrap, threading, time
+import dataclasses, functools, logging, os, signal, subprocess, sys, textwrap, threading, time
 import pytest
 from tunix_agentic.process_workers import ProcessCollector, WorkerDied, WorkerError
 from tunix_agentic.ray_workers import scripted_calculator
@@ -123,23 +123,9 @@ def test_a_step_is_dumped_as_its_groups_arrive(tmp_path):
 
 @pytest.mark.timeout(900)
 def test_online_loop_on_worker_processes(tmp_path):
-    from flax import nnx
-    from tunix_agentic.loop import LoopConfig, OnlineLoop, read_metrics
-    from tunix_agentic.models import ModelConfig, Qwen2
-    from tunix_agentic.tokenizer import build_tiny_tokenizer
-    from tunix_agentic.trainer import Trainer, TrainerConfig
-    tok = build_tiny_tokenizer()
-    mcfg = ModelConfig.tiny(vocab_size=len(tok), num_layers=1, hidden_size=32,
-                            intermediate_size=64, head_dim=16)
+    from conftest import two_sync_steps_over_workers
     with ProcessCollector(scripted_calculator, 2) as pc:
-        tr = Trainer(Qwen2(mcfg, rngs=nnx.Rngs(0)), TrainerConfig.tiny(buckets=(1024,)))
-        lp = OnlineLoop(tr, pc, TASKS, LoopConfig.tiny(mode='sync', steps=2, output_dir=str(tmp_path),
-                                                       tensorboard=False))
-        recs = lp.run()
-        assert [r['step'] for r in recs] == [0, 1] and all(r['episodes'] == 4 for r in recs)
-        assert pc.engine.versions() == [[0, 1, 2], [0, 1, 2]]  # every worker got every version
-        assert all(r['max_staleness_trained'] == 0 for r in recs)
-        assert len(read_metrics(tmp_path / 'metrics.jsonl')) == 2
+        two_sync_steps_over_workers(pc, TASKS, tmp_path)
 
 
 def test_workers_sampling_from_a_central_engine():

@@ -323,25 +323,10 @@ def test_tools_of_four_workers_share_one_ray_limit(cluster):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_online_loop_on_ray_workers(cluster, tmp_path):
-    from flax import nnx
-    from tunix_agentic.loop import LoopConfig, OnlineLoop, read_metrics
-    from tunix_agentic.models import ModelConfig, Qwen2
+    from conftest import two_sync_steps_over_workers
     from tunix_agentic.ray_workers import RayCollector
-    from tunix_agentic.tokenizer import build_tiny_tokenizer
-    from tunix_agentic.trainer import Trainer, TrainerConfig
-    tok = build_tiny_tokenizer()
-    mcfg = ModelConfig.tiny(vocab_size=len(tok), num_layers=1, hidden_size=32,
-                            intermediate_size=64, head_dim=16)
     rc = RayCollector(make_collector, num_workers=2, num_cpus=0.5)
-    try:
-        tr = Trainer(Qwen2(mcfg, rngs=nnx.Rngs(0)), TrainerConfig.tiny(buckets=(1024,)))
-        lp = OnlineLoop(tr, rc, TASKS, LoopConfig.tiny(mode='sync', steps=2, output_dir=str(tmp_path),
-                                                       tensorboard=False))
-        recs = lp.run()
-        assert [r['step'] for r in recs] == [0, 1] and all(r['episodes'] == 4 for r in recs)
-        assert rc.engine.versions() == [[0, 1, 2], [0, 1, 2]]  # every worker got every version
-        assert all(r['max_staleness_trained'] == 0 for r in recs)
-        assert len(read_metrics(tmp_path / 'metrics.jsonl')) == 2
+    try: two_sync_steps_over_workers(rc, TASKS, tmp_path)
     finally: rc.close()
 
 

@@ -31,8 +31,7 @@ def _failure(e: BaseException) -> str: return ''.join(traceback.format_exception
 # %% ../nbs/07d_process_workers.ipynb #d36e104c
 def _on_device(params):
     "Host arrays to device arrays, once: an engine given numpy arrays would copy them every call."
-    try: import jax
-    except ImportError: return params
+    import jax
     return jax.device_put(params)
 
 async def _handle(worker: RolloutWorker, kind: str, payload):
@@ -137,13 +136,11 @@ class ProcessWeights:
         self.collector, self.policy_version = collector, 0
     def update_params(self, params: Any, version: int | None = None):
         "Send `params` (a module's state, as host arrays) to every worker's engine; wait for all."
+        import jax
+        from flax import nnx
         self.policy_version = self.policy_version + 1 if version is None else int(version)
-        try:
-            import jax
-            from flax import nnx
-            if isinstance(params, nnx.Module): params = nnx.state(params)  # arrays, not the module
-            params = jax.device_get(params)
-        except ImportError: pass
+        if isinstance(params, nnx.Module): params = nnx.state(params)  # arrays, not the module
+        params = jax.device_get(params)
         for f in self.collector._broadcast('update', (params, self.policy_version)): f.result()
     def versions(self) -> list[list[int]]:
         "The versions each live worker was given, in order."
