@@ -7,7 +7,7 @@ and a GRPO micro-batch (8 rows of 200 tokens after a 540-token prefix copied int
 """
 import argparse, math, time, statistics
 import jax, jax.numpy as jnp, numpy as np
-from tunix_agentic.attention import attend_rowwise
+from tunix_agentic.models.attention import attend_rowwise
 
 p = argparse.ArgumentParser()
 p.add_argument('--iters', type=int, default=10)

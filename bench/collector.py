@@ -17,13 +17,13 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 logging_level = os.environ.get('BENCH_LOG', 'ERROR')
 import logging; logging.basicConfig(level=logging_level)
 
-from tunix_agentic.collector import CollectConfig, TrajectoryCollector
-from tunix_agentic.envs import EnvGroup, EnvSpec
-from tunix_agentic.rollout import ScriptedEngine, SamplingParams
-from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.tools import FunctionTool
-from tunix_agentic.builtin_tools import calculator_tools
-from tunix_agentic.types import TrajectoryStatus
+from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
+from tunix_agentic.envs.environments import EnvGroup, EnvSpec
+from tunix_agentic.engines.engine import ScriptedEngine, SamplingParams
+from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
+from tunix_agentic.tools.base import FunctionTool
+from tunix_agentic.tools.builtin import calculator_tools
+from tunix_agentic.core.trajectory import TrajectoryStatus
 
 SCRIPT = ['<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n</tool_call>',
           '<tool_call>\n{"name": "add", "arguments": {"a": 408, "b": 17}}\n</tool_call>',

@@ -5,11 +5,11 @@ bare jitted forward+backward of the same model on the same batch. One run, side 
 """
 import argparse, time, statistics, numpy as np, jax, jax.numpy as jnp
 from flax import nnx
-from tunix_agentic.default_model import load_default
-from tunix_agentic.models import Qwen2
-from tunix_agentic.types import Trajectory
-from tunix_agentic.losses import LossConfig, token_logprobs
-from tunix_agentic.trainer import Trainer, TrainerConfig
+from tunix_agentic.models.default import load_default
+from tunix_agentic.models.qwen2 import Qwen2
+from tunix_agentic.core.trajectory import Trajectory
+from tunix_agentic.learn.losses import LossConfig, token_logprobs
+from tunix_agentic.learn.trainer import Trainer, TrainerConfig
 
 p = argparse.ArgumentParser()
 p.add_argument('--batch', type=int, default=16)

@@ -30,7 +30,7 @@ def main():
     ap.add_argument('--repeats', type=int, default=2)
     a = ap.parse_args()
     import functools, ray
-    from tunix_agentic.ray_workers import RayCollector, scripted_calculator
+    from tunix_agentic.rollout.ray_workers import RayCollector, scripted_calculator
     tasks = [{'question': f'What is {n}*{n + 7}?', 'answer': str(n * (n + 7))}
              for n in range(11, 11 + a.episodes // 2)]
     make = functools.partial(scripted_calculator, 2, tool_ms=a.tool_ms, cpu_tool=a.cpu_tool,

@@ -14,10 +14,10 @@ import jax, jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from tunix_agentic.default_model import default_model_dir, load_default
-from tunix_agentic.models import KVCache
-from tunix_agentic.rollout import SamplingParams
-from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
+from tunix_agentic.models.default import default_model_dir, load_default
+from tunix_agentic.models.qwen2 import KVCache
+from tunix_agentic.engines.engine import SamplingParams
+from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
 
 
 def timed(fn, reps):
@@ -73,7 +73,7 @@ def main():
     t_bare = timed(bare, a.reps)
 
     # 3. sglang-jax on the same checkpoint
-    from tunix_agentic.sglang_engine import SglangConfig, SglangJaxEngine
+    from tunix_agentic.engines.sglang_engine import SglangConfig, SglangJaxEngine
     sg = SglangJaxEngine(default_model_dir(), SglangConfig.cpu(timeout_s=600))
     out_s = sg.generate(prompts, sp)
     same = sum(o.token_ids == p.token_ids for o, p in zip(out_s, out_v))

@@ -22,7 +22,7 @@ The last line states the figures.
 """
 import argparse, asyncio, os, shutil, statistics, sys, time
 
-from tunix_agentic.sandbox import LocalSandbox, SandboxConfig
+from tunix_agentic.tools.sandbox import LocalSandbox, SandboxConfig
 
 CODE = 'print(1+1)'
 

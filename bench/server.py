@@ -20,13 +20,13 @@ import logging; logging.basicConfig(level=os.environ.get('BENCH_LOG', 'CRITICAL'
 
 import httpx
 
-from tunix_agentic.collector import CollectConfig, TrajectoryCollector
-from tunix_agentic.envs import ToolEnvironment
-from tunix_agentic.remote import RemoteCollector
-from tunix_agentic.rollout import SamplingParams, ScriptedEngine
-from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.builtin_tools import calculator_tools
-from tunix_agentic.types import TrajectoryStatus
+from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
+from tunix_agentic.envs.environments import ToolEnvironment
+from tunix_agentic.serve.remote import RemoteCollector
+from tunix_agentic.engines.engine import SamplingParams, ScriptedEngine
+from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
+from tunix_agentic.tools.builtin import calculator_tools
+from tunix_agentic.core.trajectory import TrajectoryStatus
 
 SCRIPT = ['<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n</tool_call>',
           '<tool_call>\n{"name": "add", "arguments": {"a": 408, "b": 17}}\n</tool_call>',
@@ -36,7 +36,7 @@ TASK = {'question': 'What is 12*34+17?', 'answer': '#### 425'}
 
 def spawn_rollout_server(**env) -> tuple[subprocess.Popen, str]:
     e = {**os.environ, 'ROLLOUT_SERVER_PORT': '0', 'HF_HUB_OFFLINE': '1', **env}
-    code = 'from tunix_agentic.rollout_server import serve; serve()'
+    code = 'from tunix_agentic.serve.rollout_server import serve; serve()'
     p = subprocess.Popen([sys.executable, '-c', code], env=e, stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True)
     url = p.stdout.readline().split()[-1]

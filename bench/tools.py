@@ -11,8 +11,8 @@ The last line states the figures.
 """
 import argparse, asyncio, os, random, statistics, sys, time
 
-from tunix_agentic.tools import FunctionTool, ToolManager
-from tunix_agentic.types import ToolCall
+from tunix_agentic.tools.base import FunctionTool, ToolManager
+from tunix_agentic.core.trajectory import ToolCall
 
 
 async def nap(ms: int) -> str:

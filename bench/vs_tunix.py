@@ -223,11 +223,11 @@ def ours_collector(spec: dict):
     "This project's collector for `spec` (module level, so worker processes can build it too)."
     os.environ.setdefault('JAX_PLATFORMS', 'cpu')
     sys.path.insert(0, str(ROOT))
-    from tunix_agentic.agents import ToolAgent
-    from tunix_agentic.collector import CollectConfig, TrajectoryCollector
-    from tunix_agentic.envs import EnvGroup, EnvSpec
-    from tunix_agentic.rollout import BaseEngine, GenerateOutput, SamplingParams
-    from tunix_agentic.tools import FunctionTool
+    from tunix_agentic.envs.agents import ToolAgent
+    from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
+    from tunix_agentic.envs.environments import EnvGroup, EnvSpec
+    from tunix_agentic.engines.engine import BaseEngine, GenerateOutput, SamplingParams
+    from tunix_agentic.tools.base import FunctionTool
     from transformers import AutoTokenizer
 
     n = _spec_n(spec)
@@ -287,13 +287,13 @@ def ours_child(spec: dict) -> dict:
     if workers:  # the factory by reference to an importable module, not to this `__main__`
         sys.path.insert(0, str(ROOT / 'bench'))
         import vs_tunix as bench
-        from tunix_agentic.process_workers import ProcessCollector
+        from tunix_agentic.rollout.process_workers import ProcessCollector
         coll = ProcessCollector(functools.partial(bench.ours_collector, spec), workers)
         counters = lambda: coll.call(bench.worker_counters)
     else:
         coll = ours_collector(spec)
         counters = lambda: [worker_counters(coll)]
-    from tunix_agentic.types import TrajectoryStatus
+    from tunix_agentic.core.trajectory import TrajectoryStatus
     coll.run(ours_tasks(n, n + WARMUP * max(1, workers)))  # warm-up, untimed: WARMUP per process
     before, c0, t0 = counters(), time.process_time(), time.perf_counter()
     trajs = coll.run(ours_tasks(0, n))
@@ -460,7 +460,7 @@ def main(argv=None):
     if tpy is None: return
     os.environ.setdefault('JAX_PLATFORMS', 'cpu')
     sys.path.insert(0, str(ROOT))
-    from tunix_agentic.tokenizer import build_tiny_tokenizer
+    from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
     started = time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())
     print(f'vs_tunix: {started}; {os.cpu_count()} CPUs, load average '
           f'{" ".join(f"{x:.1f}" for x in os.getloadavg())}; Tunix python {tpy}', flush=True)

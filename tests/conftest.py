@@ -54,8 +54,8 @@ QA_TASK = {'task_type': 'qa', 'question': 'Capital of France?', 'answer': 'Paris
 
 def calc_group(max_turns: int = 5, extra_tools: tuple = (), qa: bool = False):
     "An `EnvGroup` with the calculator tools under 'calc' (gsm8k reward); `qa` adds a single-turn 'qa'."
-    from tunix_agentic.builtin_tools import calculator_tools
-    from tunix_agentic.envs import EnvGroup, EnvSpec
+    from tunix_agentic.tools.builtin import calculator_tools
+    from tunix_agentic.envs.environments import EnvGroup, EnvSpec
     specs = {'calc': EnvSpec(env='tool', tools=calculator_tools() + list(extra_tools),
                              reward_fn='gsm8k', max_turns=max_turns)}
     if qa: specs['qa'] = EnvSpec(env='single_turn', reward_fn='exact_match', max_turns=1)
@@ -67,10 +67,10 @@ def two_sync_steps_over_workers(pool, tasks, out_dir):
     (`RayCollector` or `ProcessCollector`): every step trains on 4 fresh episodes and every worker
     gets every weight version."""
     from flax import nnx
-    from tunix_agentic.loop import LoopConfig, OnlineLoop, read_metrics
-    from tunix_agentic.models import ModelConfig, Qwen2
-    from tunix_agentic.tokenizer import build_tiny_tokenizer
-    from tunix_agentic.trainer import Trainer, TrainerConfig
+    from tunix_agentic.learn.loop import LoopConfig, OnlineLoop, read_metrics
+    from tunix_agentic.models.qwen2 import ModelConfig, Qwen2
+    from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
+    from tunix_agentic.learn.trainer import Trainer, TrainerConfig
     mcfg = ModelConfig.tiny(vocab_size=len(build_tiny_tokenizer()), num_layers=1, hidden_size=32,
                             intermediate_size=64, head_dim=16)
     tr = Trainer(Qwen2(mcfg, rngs=nnx.Rngs(0)), TrainerConfig.tiny(buckets=(1024,)))

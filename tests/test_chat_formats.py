@@ -3,15 +3,15 @@ the tiny Llama-3-style and Gemma-style tokenizers, with golden token-level masks
 comes from each template (`chat.chat_format`), and a template without one is refused by name."""
 import pytest
 
-from tunix_agentic.agents import ToolAgent
-from tunix_agentic.chat import EpisodeEncoder, chat_format, mask_runs, response_spans
-from tunix_agentic.collector import CollectConfig, TrajectoryCollector
-from tunix_agentic.episode_driver import EpisodeDriver, run_async
-from tunix_agentic.rollout import SamplingParams, ScriptedEngine
-from tunix_agentic.server import EngineServer
-from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.builtin_tools import calculator_tools
-from tunix_agentic.types import TrajectoryStatus as S
+from tunix_agentic.envs.agents import ToolAgent
+from tunix_agentic.chat.encoder import EpisodeEncoder, chat_format, mask_runs, response_spans
+from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
+from tunix_agentic.ui.episode_driver import EpisodeDriver, run_async
+from tunix_agentic.engines.engine import SamplingParams, ScriptedEngine
+from tunix_agentic.engines.server import EngineServer
+from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
+from tunix_agentic.tools.builtin import calculator_tools
+from tunix_agentic.core.trajectory import TrajectoryStatus as S
 
 from conftest import CALC_ANSWER, CALC_SCRIPT, CALC_TASK, calc_group
 

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from tunix_agentic.chat import response_spans as runs
-from tunix_agentic.chat import ChatDriftError, EpisodeEncoder
-from tunix_agentic.parsers import get_tool_parser
-from tunix_agentic.tokenizer import TINY_SPEC, build_tiny_tokenizer
-from tunix_agentic.types import ToolCall
+from tunix_agentic.chat.encoder import response_spans as runs
+from tunix_agentic.chat.encoder import ChatDriftError, EpisodeEncoder
+from tunix_agentic.chat.parsers import get_tool_parser
+from tunix_agentic.chat.tokenizer import TINY_SPEC, build_tiny_tokenizer
+from tunix_agentic.core.trajectory import ToolCall
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATES = REPO / '..' / 'shared' / 'data' / 'chat_templates'
@@ -267,7 +267,7 @@ def test_tool_output_cannot_forge_special_tokens(template):
 def test_planted_drift_is_caught_after_the_checked_uses(template):
     """The prefix check encodes only the sampled turns once its first uses agreed with whole
     encodes (`chat._SHORTCUT_CHECKS`); drift planted after that is still found, and measured."""
-    from tunix_agentic.chat import _LEDGERS, _SHORTCUT_CHECKS, _Shortcut
+    from tunix_agentic.chat.encoder import _LEDGERS, _SHORTCUT_CHECKS, _Shortcut
     tok = tokenizer_for(template)
     think = template != 'qwen2_5'
     for _ in range(_SHORTCUT_CHECKS + 1):

@@ -8,7 +8,7 @@ BIN = Path(sys.executable).parent / 'tunix-agentic'
 
 
 def run(*args, timeout=120):
-    exe = [str(BIN)] if BIN.exists() else [sys.executable, '-m', 'tunix_agentic.cli']
+    exe = [str(BIN)] if BIN.exists() else [sys.executable, '-m', 'tunix_agentic.app.cli']
     return subprocess.run([*exe, *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
 

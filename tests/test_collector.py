@@ -3,16 +3,16 @@ import asyncio, random, time
 
 import pytest
 
-from tunix_agentic.chat import response_spans as spans
-from tunix_agentic.ray_workers import multiply_solver
-from tunix_agentic.collector import CollectConfig, EpisodeState, TrajectoryCollector, derive_seed
-from tunix_agentic.dumps import DumpWriter, load_step
-from tunix_agentic.envs import EnvGroup, EnvSpec, ToolEnvironment
-from tunix_agentic.rollout import BaseEngine, GenerateOutput, ScriptedEngine, SamplingParams
-from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.tools import BaseTool
-from tunix_agentic.builtin_tools import calculator_tools
-from tunix_agentic.types import TrajectoryStatus as S
+from tunix_agentic.chat.encoder import response_spans as spans
+from tunix_agentic.rollout.ray_workers import multiply_solver
+from tunix_agentic.rollout.collector import CollectConfig, EpisodeState, TrajectoryCollector, derive_seed
+from tunix_agentic.rollout.dumps import DumpWriter, load_step
+from tunix_agentic.envs.environments import EnvGroup, EnvSpec, ToolEnvironment
+from tunix_agentic.engines.engine import BaseEngine, GenerateOutput, ScriptedEngine, SamplingParams
+from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
+from tunix_agentic.tools.base import BaseTool
+from tunix_agentic.tools.builtin import calculator_tools
+from tunix_agentic.core.trajectory import TrajectoryStatus as S
 
 from conftest import CALC_SCRIPT, CALC_TASK, calc_group
 
@@ -241,8 +241,8 @@ def test_config_validation_and_seeds():
 @pytest.mark.timeout(600)
 def test_real_jax_sampler_token_in_token_out():
     "With the tiny random model: every model call saw a prefix of the trajectory and its sampled ids sit there."
-    from tunix_agentic.default_model import load_default
-    from tunix_agentic.sampler import JaxEngine
+    from tunix_agentic.models.default import load_default
+    from tunix_agentic.engines.jax_engine import JaxEngine
     model, cfg, tok = load_default()
     calls = []
     class Recording(JaxEngine):

@@ -3,7 +3,7 @@ import hashlib, os, subprocess, sys
 from pathlib import Path
 import pytest
 
-from tunix_agentic.default_model import default_model_dir, load_default
+from tunix_agentic.models.default import default_model_dir, load_default
 
 FILES = ('config.json', 'model.safetensors', 'tokenizer.json', 'generation_config.json')
 
@@ -16,7 +16,7 @@ def _digest(d: Path) -> dict:
 def test_deterministic_and_concurrent(tmp_path, monkeypatch):
     # two processes race to build into one empty cache; all must see the same complete dir
     env = {**os.environ, 'TUNIX_AGENTIC_CACHE': str(tmp_path / 'a'), 'JAX_PLATFORMS': 'cpu'}
-    code = 'from tunix_agentic.default_model import default_model_dir; print(default_model_dir(0))'
+    code = 'from tunix_agentic.models.default import default_model_dir; print(default_model_dir(0))'
     procs = [subprocess.Popen([sys.executable, '-c', code], env=env, stdout=subprocess.PIPE,
                               text=True) for _ in range(2)]
     outs = {p.communicate(timeout=150)[0].strip() for p in procs}

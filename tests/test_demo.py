@@ -1,9 +1,9 @@
 "The demo pipeline: tasks, teacher, diagnosis, and the whole run on its tiny preset (numbers meaningless)."
 import json, random, pytest
-from tunix_agentic.calc_tasks import (COMPOSITIONS, Teacher, make_splits, demonstrations, diagnose,
+from tunix_agentic.app.calc_tasks import (COMPOSITIONS, Teacher, make_splits, demonstrations, diagnose,
                                       parse_question)
-from tunix_agentic.demo import run_demo, run_seeds, DemoConfig, format_summary
-from tunix_agentic.tokenizer import build_tiny_tokenizer
+from tunix_agentic.app.demo import run_demo, run_seeds, DemoConfig, format_summary
+from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
 
 
 def test_splits_cover_every_composition_and_never_overlap():

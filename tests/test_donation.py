@@ -3,11 +3,11 @@ path (an engine built on the SFT model, a GRPO trainer on the same model, `updat
 step) samples the same tokens as with copies; donated updates compute what `train_step` computes."""
 import numpy as np, jax, jax.numpy as jnp
 from flax import nnx
-from tunix_agentic.models import Qwen2, ModelConfig
-from tunix_agentic.rollout import SamplingParams
-from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
-from tunix_agentic.trainer import Trainer, TrainerConfig, make_optimizer, train_step
-from tunix_agentic.types import Trajectory
+from tunix_agentic.models.qwen2 import Qwen2, ModelConfig
+from tunix_agentic.engines.engine import SamplingParams
+from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
+from tunix_agentic.learn.trainer import Trainer, TrainerConfig, make_optimizer, train_step
+from tunix_agentic.core.trajectory import Trajectory
 
 MCFG = ModelConfig.tiny(vocab_size=64, num_layers=2, hidden_size=32, intermediate_size=64, head_dim=16)
 SP = SamplingParams(temperature=0.0, max_new_tokens=6)

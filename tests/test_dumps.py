@@ -4,13 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from tunix_agentic.dumps import DumpWriter, dump_path, iter_dump, load_dump, load_step, list_dump_steps
-from tunix_agentic.types import Trajectory, Step, Action
+from tunix_agentic.rollout.dumps import DumpWriter, dump_path, iter_dump, load_dump, load_step, list_dump_steps
+from tunix_agentic.core.trajectory import Trajectory, Step, Action
 
 WRITER = textwrap.dedent('''
     import sys, time
-    from tunix_agentic.dumps import DumpWriter
-    from tunix_agentic.types import Trajectory, Step, Action
+    from tunix_agentic.rollout.dumps import DumpWriter
+    from tunix_agentic.core.trajectory import Trajectory, Step, Action
     out, pad, chunked = sys.argv[1], int(sys.argv[2]), sys.argv[3] == '1'
     w = DumpWriter(out, 7)
     if chunked:  # a slow file system: each line reaches the file in 4 KiB pieces, so a kill can tear it
@@ -118,8 +118,8 @@ def test_writer_roundtrips_a_full_trajectory(tmp_path):
 @pytest.mark.parametrize('depth', [1000, 1400])
 def test_deeply_nested_tool_call_reaches_the_dump(tmp_path, depth):
     "Regression: a call nested ~1,000-1,490 levels deep parsed, then `to_dict` raised RecursionError."
-    from tunix_agentic.parsers import QwenToolParser
-    from tunix_agentic.types import MAX_JSON_DEPTH
+    from tunix_agentic.chat.parsers import QwenToolParser
+    from tunix_agentic.core.trajectory import MAX_JSON_DEPTH
     args = '{"a": ' * depth + '1' + '}' * depth
     text = '<tool_call>{"name": "f", "arguments": ' + args + '}</tool_call>'
     action = QwenToolParser().parse(text).to_action(text)

@@ -13,12 +13,12 @@ import pytest
 import jax, jax.numpy as jnp
 from flax import nnx
 
-from tunix_agentic.chat import response_spans as _spans
-from tunix_agentic.collector import CollectConfig, TrajectoryCollector
-from tunix_agentic.default_model import default_model_dir, load_default
-from tunix_agentic.rollout import ScriptedEngine, SamplingParams
-from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
-from tunix_agentic.types import TrajectoryStatus as S
+from tunix_agentic.chat.encoder import response_spans as _spans
+from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
+from tunix_agentic.models.default import default_model_dir, load_default
+from tunix_agentic.engines.engine import ScriptedEngine, SamplingParams
+from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
+from tunix_agentic.core.trajectory import TrajectoryStatus as S
 
 from conftest import CALC_SCRIPT, CALC_TASK, calc_group
 
@@ -93,7 +93,7 @@ def test_calculator_episode_through_both_engines():
     tv = collect(vanilla, tok)
     err_v = check(tv, golden, model, 'vanilla')
 
-    from tunix_agentic.sglang_engine import SglangConfig, SglangJaxEngine
+    from tunix_agentic.engines.sglang_engine import SglangConfig, SglangJaxEngine
     sg = SglangJaxEngine(default_model_dir(), SglangConfig.cpu(
         context_length=1024, max_total_tokens=8192, max_prefill_tokens=2048,
         chunked_prefill_size=1024, timeout_s=300))

@@ -3,13 +3,13 @@ import asyncio, random
 
 import pytest
 
-from tunix_agentic.agents import ToolAgent, observation_to_messages
-from tunix_agentic.envs import BaseEnv, EnvGroup, EnvSpec, SingleTurnEnv, ToolEnvironment, TOOLSETS
-from tunix_agentic.rewards import (extract_gsm8k_answer, get_reward_fn, gsm8k_reward, mc_returns,
+from tunix_agentic.envs.agents import ToolAgent, observation_to_messages
+from tunix_agentic.envs.environments import BaseEnv, EnvGroup, EnvSpec, SingleTurnEnv, ToolEnvironment, TOOLSETS
+from tunix_agentic.envs.rewards import (extract_gsm8k_answer, get_reward_fn, gsm8k_reward, mc_returns,
                                    normalize_number, weighted_reward)
-from tunix_agentic.tools import BaseTool, ToolManager
-from tunix_agentic.builtin_tools import calculator_tools
-from tunix_agentic.types import Action, ToolCall, ToolOutput
+from tunix_agentic.tools.base import BaseTool, ToolManager
+from tunix_agentic.tools.builtin import calculator_tools
+from tunix_agentic.core.trajectory import Action, ToolCall, ToolOutput
 
 
 class CountingTool(BaseTool):
@@ -112,7 +112,7 @@ def test_env_group_routing_and_errors():
 @pytest.mark.asyncio
 @pytest.mark.timeout(30)
 async def test_tools_kwargs_reach_stateful_tools():
-    from tunix_agentic.builtin_tools import Gsm8kTool
+    from tunix_agentic.tools.builtin import Gsm8kTool
     env = ToolEnvironment({'question': 'q', 'answer': '#### 7',
                            'tools_kwargs': {'calc_gsm8k_reward': {'create_kwargs': {'ground_truth': '7'}}}},
                           [Gsm8kTool()], reward_fn=None, max_turns=3)

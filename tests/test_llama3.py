@@ -8,10 +8,10 @@ import pytest
 import jax, jax.numpy as jnp
 from flax import nnx
 
-from tunix_agentic.llama3 import Llama3Config, llama3_inv_freq, load_hf
-from tunix_agentic.models import Qwen2, save_hf
-from tunix_agentic.rollout import SamplingParams
-from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
+from tunix_agentic.models.llama3 import Llama3Config, llama3_inv_freq, load_hf
+from tunix_agentic.models.qwen2 import Qwen2, save_hf
+from tunix_agentic.engines.engine import SamplingParams
+from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
 from test_models import f64_parity, np_forward, _randomize
 
 
@@ -84,8 +84,8 @@ def test_parity_f64_numpy(tmp_path, variant):
 @pytest.mark.timeout(300)
 def test_engine_samples_and_grpo_step():
     "`JaxEngine` and `Trainer` drive the Llama model unchanged (greedy: the full forward's argmax)."
-    from tunix_agentic.trainer import Trainer, TrainerConfig
-    from tunix_agentic.types import Trajectory, TrajectoryStatus
+    from tunix_agentic.learn.trainer import Trainer, TrainerConfig
+    from tunix_agentic.core.trajectory import Trajectory, TrajectoryStatus
     cfg = Llama3Config.tiny(vocab_size=300)
     model = _randomize(Qwen2(cfg, rngs=nnx.Rngs(1)))
     prompts = [list(range(1, 30)), [7, 8, 9, 10, 11]]
@@ -139,7 +139,7 @@ def sharpen(model, factor=20.0):
 def test_sglang_serves_llama3_parity_and_swap(tmp_path):
     "sglang-jax's LlamaForCausalLM on our checkpoint: greedy tokens, logprobs as ours; hot-swap."
     pytest.importorskip('sgl_jax', reason='needs sglang-jax (extra: cpu)')
-    from tunix_agentic.sglang_engine import SglangConfig, SglangJaxEngine
+    from tunix_agentic.engines.sglang_engine import SglangConfig, SglangJaxEngine
     cfg = Llama3Config.tiny(vocab_size=1024, tie_word_embeddings=False)
     m = sharpen(_randomize(Qwen2(cfg, rngs=nnx.Rngs(3))))
     save_hf(m, cfg, tmp_path)
@@ -172,7 +172,7 @@ def test_sglang_serves_llama3_parity_and_swap(tmp_path):
 @pytest.mark.timeout(600)
 def test_real_shaped_sharded_round_trip(tmp_path):
     "Llama 3.2-1B's widths (128k tied vocabulary, 32/8 heads of 64) with 2 layers, bf16, sharded."
-    from tunix_agentic.models import hf_state_dict
+    from tunix_agentic.models.qwen2 import hf_state_dict
     cfg = Llama3Config.llama3p2_1b(num_layers=2)
     model = Qwen2(cfg, rngs=nnx.Rngs(0))
     save_hf(model, cfg, tmp_path, max_shard_bytes=200 * 2**20)

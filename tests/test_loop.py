@@ -2,14 +2,14 @@
 import json, pytest
 from pathlib import Path
 from flax import nnx
-from tunix_agentic.models import Qwen2, ModelConfig
-from tunix_agentic.trainer import Trainer, TrainerConfig
-from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.rollout import ScriptedEngine
-from tunix_agentic.collector import TrajectoryCollector, CollectConfig
-from tunix_agentic.envs import ToolEnvironment
-from tunix_agentic.loop import OnlineLoop, LoopConfig, read_metrics
-from tunix_agentic.dumps import load_step
+from tunix_agentic.models.qwen2 import Qwen2, ModelConfig
+from tunix_agentic.learn.trainer import Trainer, TrainerConfig
+from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
+from tunix_agentic.engines.engine import ScriptedEngine
+from tunix_agentic.rollout.collector import TrajectoryCollector, CollectConfig
+from tunix_agentic.envs.environments import ToolEnvironment
+from tunix_agentic.learn.loop import OnlineLoop, LoopConfig, read_metrics
+from tunix_agentic.rollout.dumps import load_step
 
 TOK = build_tiny_tokenizer()
 SCRIPT = ['<tool_call>\n{"name": "multiply", "arguments": {"a": 6, "b": 7}}\n</tool_call>',

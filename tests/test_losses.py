@@ -1,6 +1,6 @@
 "Losses against hand-computed and numpy reference numbers."
 import numpy as np, jax, jax.numpy as jnp, pytest
-from tunix_agentic.losses import (grpo_advantages, drgrpo_advantages, rloo_advantages, ppo_clip_loss,
+from tunix_agentic.learn.losses import (grpo_advantages, drgrpo_advantages, rloo_advantages, ppo_clip_loss,
                                   zero_variance_groups, aggregate, k3_kl, LossConfig, overlong_filter,
                                   token_logprobs, masked_ce, get_advantage_fn)
 

@@ -4,9 +4,9 @@ import asyncio, random
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tunix_agentic.parsers import (Llama3JsonToolParser, ParseResult, Qwen3ToolParser,
+from tunix_agentic.chat.parsers import (Llama3JsonToolParser, ParseResult, Qwen3ToolParser,
                                    QwenToolParser, get_tool_parser, get_tool_prompt)
-from tunix_agentic.types import Action, ToolCall
+from tunix_agentic.core.trajectory import Action, ToolCall
 
 NAMES = ['qwen', 'hermes', 'qwen3', 'llama3_json']
 FRAGMENTS = ['<tool_call>', '</tool_call>', '<think>', '</think>', '<|python_tag|>', '<|eot_id|>',
@@ -199,8 +199,8 @@ def fuzz_outputs(n: int, seed: int = 0) -> list[str]:
 def test_fuzz_10000_parser_and_tools():
     outputs = fuzz_outputs(10_000)
     try:
-        from tunix_agentic.tools import ToolManager
-        from tunix_agentic.builtin_tools import calculator_tools
+        from tunix_agentic.tools.base import ToolManager
+        from tunix_agentic.tools.builtin import calculator_tools
         manager = ToolManager(calculator_tools(), call_timeout=5.0)
     except Exception:  # tools module not there yet: parsers only
         manager = None

@@ -5,9 +5,9 @@ decode steps instead of one prefill, so sums run in another order: ~1e-6 per log
 New weights (`update_params`, or arrays replaced in a live model) empty the cache."""
 import numpy as np, jax, pytest
 from flax import nnx
-from tunix_agentic.models import Qwen2, ModelConfig
-from tunix_agentic.rollout import SamplingParams
-from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
+from tunix_agentic.models.qwen2 import Qwen2, ModelConfig
+from tunix_agentic.engines.engine import SamplingParams
+from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
 
 MCFG = ModelConfig.tiny(vocab_size=256)
 ANSWER = [7, 8, 9, 10, 11]

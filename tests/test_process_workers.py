@@ -2,8 +2,8 @@
 a dead parent, dumps, the online loop)."""
 import dataclasses, functools, logging, os, signal, subprocess, sys, textwrap, threading, time
 import pytest
-from tunix_agentic.process_workers import ProcessCollector, WorkerDied, WorkerError
-from tunix_agentic.ray_workers import scripted_calculator
+from tunix_agentic.rollout.process_workers import ProcessCollector, WorkerDied, WorkerError
+from tunix_agentic.rollout.ray_workers import scripted_calculator
 
 TASKS = [{'question': f'What is {a}*{a + 7}?', 'answer': str(a * (a + 7) + (a % 3 == 0))}
          for a in range(11, 27)]
@@ -46,7 +46,7 @@ def test_a_killed_worker_loses_no_group(caplog):
         victim = pc.workers[0]
         out = {}
         t = threading.Thread(target=lambda: out.setdefault('trajs', pc.run(TASKS)))
-        with caplog.at_level(logging.WARNING, logger='tunix_agentic.process_workers'):
+        with caplog.at_level(logging.WARNING, logger='tunix_agentic.rollout.process_workers'):
             t.start()
             _wait_for(lambda: len(victim.pending) == 2)  # both of its groups in flight
             os.kill(victim.process.pid, signal.SIGKILL)
@@ -87,8 +87,8 @@ def test_a_dead_parent_ends_its_workers(tmp_path):
     script = tmp_path / 'parent.py'
     script.write_text(textwrap.dedent('''
         import os, sys
-        from tunix_agentic.process_workers import ProcessCollector
-        from tunix_agentic.ray_workers import scripted_calculator
+        from tunix_agentic.rollout.process_workers import ProcessCollector
+        from tunix_agentic.rollout.ray_workers import scripted_calculator
         if __name__ == '__main__':
             pc = ProcessCollector(scripted_calculator, 2)
             print(' '.join(str(w.process.pid) for w in pc.workers), flush=True)
@@ -113,7 +113,7 @@ def _dumping(d):
 
 
 def test_a_step_is_dumped_as_its_groups_arrive(tmp_path):
-    from tunix_agentic.dumps import load_step
+    from tunix_agentic.rollout.dumps import load_step
     with ProcessCollector(functools.partial(_dumping, tmp_path), 2) as pc:
         got = pc.run(TASKS[:6], step=2)
     dumped = load_step(tmp_path, 2)
@@ -130,10 +130,10 @@ def test_online_loop_on_worker_processes(tmp_path):
 
 def test_workers_sampling_from_a_central_engine():
     "The engine lives in this process behind an EngineServer; workers sample over HTTP."
-    from tunix_agentic.ray_workers import multiply_solver
-    from tunix_agentic.rollout import ScriptedEngine
-    from tunix_agentic.server import EngineServer
-    from tunix_agentic.tokenizer import build_tiny_tokenizer
+    from tunix_agentic.rollout.ray_workers import multiply_solver
+    from tunix_agentic.engines.engine import ScriptedEngine
+    from tunix_agentic.engines.server import EngineServer
+    from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
     tok = build_tiny_tokenizer()
     engine = ScriptedEngine(tok, multiply_solver, logprob=-0.25)
     with EngineServer(engine, tok) as srv:
@@ -148,8 +148,8 @@ def test_workers_sampling_from_a_central_engine():
 
 def _default_model_collector():
     "The calculator collector, sampling from our JaxEngine on the embedded default model."
-    from tunix_agentic.default_model import load_default
-    from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
+    from tunix_agentic.models.default import load_default
+    from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
     c = scripted_calculator(2)
     model, _, _ = load_default()
     c.engine = JaxEngine(model, config=JaxEngineConfig.tiny())
@@ -173,7 +173,7 @@ def test_new_weights_reach_every_workers_jax_engine():
     "A trainer's new state (an nnx.Module here) lands, as device arrays, in each worker's JaxEngine."
     import jax, numpy as np
     from flax import nnx
-    from tunix_agentic.default_model import load_default
+    from tunix_agentic.models.default import load_default
     model, _, _ = load_default()
     nnx.update(model, jax.tree.map(lambda x: x * 0.5 + 0.01, nnx.state(model, nnx.Param)))
     want = _sums(nnx.state(model))  # other weights than the workers load

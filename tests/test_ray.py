@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tunix_agentic.ray_limiter import RayRateLimiter, has_ray, require_ray
+from tunix_agentic.tools.ray_limiter import RayRateLimiter, has_ray, require_ray
 
 RAY_BIN = Path(sys.executable).parent / 'ray'
 NS = 'tunix_agentic_test'
@@ -17,7 +17,7 @@ def test_without_ray_everything_imports():
     "Without Ray the modules import, limiters are built and pickled; using a cluster says how to get Ray."
     code = ("import sys; sys.modules['ray'] = None\n"
             "import pickle\n"
-            "from tunix_agentic import ray_limiter, ray_workers\n"
+            "from tunix_agentic.tools import ray_limiter\nfrom tunix_agentic.rollout import ray_workers\n"
             "lim = ray_limiter.RayRateLimiter(max_concurrency=3, name='x')\n"
             "pickle.loads(pickle.dumps(lim))\n"
             "try: ray_limiter.require_ray()\n"
@@ -263,7 +263,7 @@ def test_a_dead_workers_slots_come_back(cluster):
 
 # ---------------------------------------------------------------- rollout workers
 def make_collector():
-    from tunix_agentic.ray_workers import scripted_calculator
+    from tunix_agentic.rollout.ray_workers import scripted_calculator
     return scripted_calculator(2, logprob=-0.25)
 
 
@@ -279,7 +279,7 @@ def _key(t):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_64_episodes_over_4_workers_equal_one_process(cluster):
-    from tunix_agentic.ray_workers import RayCollector
+    from tunix_agentic.rollout.ray_workers import RayCollector
     rc = RayCollector(make_collector, num_workers=4, groups_per_worker=4, num_cpus=0.5)
     try:
         assert len({i['node_id'] for i in rc.info()}) == 2
@@ -295,8 +295,8 @@ def test_64_episodes_over_4_workers_equal_one_process(cluster):
 
 def _limited_collector(lim):
     "The workers' collector, its tool calls under the cluster-wide limit `lim`."
-    from tunix_agentic.ratelimit import ToolRateLimiter
-    from tunix_agentic.ray_workers import scripted_calculator
+    from tunix_agentic.tools.ratelimit import ToolRateLimiter
+    from tunix_agentic.rollout.ray_workers import scripted_calculator
     return scripted_calculator(2, logprob=-0.25, tool_ms=50, max_concurrency=16,
                                rate_limiter=ToolRateLimiter(global_limiter=lim))
 
@@ -306,7 +306,7 @@ def _limited_collector(lim):
 def test_tools_of_four_workers_share_one_ray_limit(cluster):
     "The tool path (`ToolManager` -> `ToolRateLimiter` -> `RayRateLimiter`) limits the whole cluster."
     import functools
-    from tunix_agentic.ray_workers import RayCollector
+    from tunix_agentic.rollout.ray_workers import RayCollector
     lim = RayRateLimiter(max_concurrency=3, name=f'tools_{uuid.uuid4().hex[:8]}', namespace=NS)
     rc = RayCollector(functools.partial(_limited_collector, lim), num_workers=4, groups_per_worker=4,
                       num_cpus=0.5)
@@ -324,7 +324,7 @@ def test_tools_of_four_workers_share_one_ray_limit(cluster):
 @pytest.mark.timeout(900)
 def test_online_loop_on_ray_workers(cluster, tmp_path):
     from conftest import two_sync_steps_over_workers
-    from tunix_agentic.ray_workers import RayCollector
+    from tunix_agentic.rollout.ray_workers import RayCollector
     rc = RayCollector(make_collector, num_workers=2, num_cpus=0.5)
     try: two_sync_steps_over_workers(rc, TASKS, tmp_path)
     finally: rc.close()
@@ -335,10 +335,10 @@ def test_online_loop_on_ray_workers(cluster, tmp_path):
 def test_workers_sampling_from_a_central_engine(cluster):
     "The engine lives in this process behind an EngineServer; workers sample over HTTP."
     import functools
-    from tunix_agentic.ray_workers import RayCollector, multiply_solver, scripted_calculator
-    from tunix_agentic.rollout import ScriptedEngine
-    from tunix_agentic.server import EngineServer
-    from tunix_agentic.tokenizer import build_tiny_tokenizer
+    from tunix_agentic.rollout.ray_workers import RayCollector, multiply_solver, scripted_calculator
+    from tunix_agentic.engines.engine import ScriptedEngine
+    from tunix_agentic.engines.server import EngineServer
+    from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
     tok = build_tiny_tokenizer()
     engine = ScriptedEngine(tok, multiply_solver, logprob=-0.25)
     with EngineServer(engine, tok) as srv:

@@ -1,12 +1,12 @@
 """Every registry fails the same way: the unknown name and the known ones (issue 10)."""
 import pytest
 
-from tunix_agentic.envs import env_from_dict, resolve_tools
-from tunix_agentic.losses import aggregate, get_advantage_fn
-from tunix_agentic.parsers import get_tool_parser
-from tunix_agentic.registry import UnknownName
-from tunix_agentic.rewards import get_reward_fn
-from tunix_agentic.trainer import LOSS_FNS
+from tunix_agentic.envs.environments import env_from_dict, resolve_tools
+from tunix_agentic.learn.losses import aggregate, get_advantage_fn
+from tunix_agentic.chat.parsers import get_tool_parser
+from tunix_agentic.core.registry import UnknownName
+from tunix_agentic.envs.rewards import get_reward_fn
+from tunix_agentic.learn.trainer import LOSS_FNS
 
 
 @pytest.mark.parametrize('what,lookup', [

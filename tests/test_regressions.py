@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from tunix_agentic.builtin_tools import Gsm8kTool, calculator_tools
-from tunix_agentic.parsers import get_tool_parser as get_parser
-from tunix_agentic.rewards import gsm8k_reward
-from tunix_agentic.rollout import ScriptedEngine
-from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.tools import FunctionTool, ToolManager, validate_arguments
-from tunix_agentic.types import Action, ToolCall
+from tunix_agentic.tools.builtin import Gsm8kTool, calculator_tools
+from tunix_agentic.chat.parsers import get_tool_parser as get_parser
+from tunix_agentic.envs.rewards import gsm8k_reward
+from tunix_agentic.engines.engine import ScriptedEngine
+from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
+from tunix_agentic.tools.base import FunctionTool, ToolManager, validate_arguments
+from tunix_agentic.core.trajectory import Action, ToolCall
 
 from conftest import CALC_TASK, calc_group
 
@@ -94,8 +94,8 @@ def test_parser_errors_have_no_invisible_character():
 def test_stepper_goes_on_after_a_call_typed_wrong():
     """Regression (the stepper tutorial): after a typed malformed call, an engine that reads the
     tool results from the prompt did `int()` on the error text; the error text showed `\\u200b`."""
-    from tunix_agentic.collector import CollectConfig
-    from tunix_agentic.stepper import EpisodeStepper
+    from tunix_agentic.rollout.collector import CollectConfig
+    from tunix_agentic.ui.stepper import EpisodeStepper
     tok = build_tiny_tokenizer()
     def call(name, a, b):
         body = f'{{"name": "{name}", "arguments": {{"a": {a}, "b": {b}}}}}'
@@ -119,8 +119,8 @@ def test_stepper_goes_on_after_a_call_typed_wrong():
 
 def test_metrics_figure_is_a_picture_without_seed_curves():
     "Regression: JupyterLab showed `<Figure size ...>` as text; `env_seed` was drawn as a metric."
-    from tunix_agentic.types import Trajectory
-    from tunix_agentic.viewer import plot_metrics
+    from tunix_agentic.core.trajectory import Trajectory
+    from tunix_agentic.ui.viewer import plot_metrics
     def traj(step, i):
         return Trajectory(episode_id=f'e{step}{i}', reward=float(i), status='done',
                           metrics={'turns': 2, 'env_seed': 1000 + i, 'sampling_seed': 7 * i,

@@ -6,9 +6,9 @@ import pytest
 import jax, jax.numpy as jnp
 from flax import nnx
 
-from tunix_agentic.default_model import load_default
-from tunix_agentic.rollout import SamplingParams
-from tunix_agentic.sampler import JaxEngine, JaxEngineConfig, generate_tokens
+from tunix_agentic.models.default import load_default
+from tunix_agentic.engines.engine import SamplingParams
+from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig, generate_tokens
 
 CFG = JaxEngineConfig(max_batch=4, min_batch_bucket=4, min_prompt_bucket=32, min_gen_bucket=16)
 

@@ -1,4 +1,4 @@
-"""Backend tests for tunix_agentic.sandbox: cancellation, the code_interpreter tool, the SandboxFusion
+"""Backend tests for tunix_agentic.tools.sandbox: cancellation, the code_interpreter tool, the SandboxFusion
 client against its local stand-in, and isolation='none'. The attack suite (as root and as an
 unprivileged user) is tests/test_sandbox_attacks.py.
 """
@@ -6,10 +6,10 @@ import asyncio, os, time, uuid
 
 import pytest
 
-from tunix_agentic.sandbox import (CodeInterpreterTool, LocalSandbox, SandboxConfig,
+from tunix_agentic.tools.sandbox import (CodeInterpreterTool, LocalSandbox, SandboxConfig,
                                    SandboxFusionClient, SandboxFusionStandIn, _WANT)
-from tunix_agentic.tools import ToolManager
-from tunix_agentic.types import ToolCall
+from tunix_agentic.tools.base import ToolManager
+from tunix_agentic.core.trajectory import ToolCall
 
 CFG = SandboxConfig.tiny(timeout_s=10.0, memory_mb=256, max_output_bytes=8192)
 
@@ -101,7 +101,7 @@ def test_fusion_gives_up_and_errors():
 
 @pytest.mark.timeout(60)
 def test_fusion_concurrency_limited():
-    from tunix_agentic.ratelimit import RateLimiter
+    from tunix_agentic.tools.ratelimit import RateLimiter
     with SandboxFusionStandIn(LocalSandbox(CFG)) as srv:
         c = SandboxFusionClient(srv.url, limiter=RateLimiter(max_concurrency=2))
         async def go():
@@ -154,7 +154,7 @@ def test_root_without_sys_admin(tmp_path):
     if os.geteuid() != 0 or not shutil.which('setpriv'): pytest.skip('needs root and setpriv')
     script = tmp_path / 'nocap.py'
     script.write_text(
-        'import asyncio\nfrom tunix_agentic.sandbox import LocalSandbox, SandboxConfig\n'
+        'import asyncio\nfrom tunix_agentic.tools.sandbox import LocalSandbox, SandboxConfig\n'
         's = LocalSandbox(SandboxConfig.tiny(userns=False, scratch_root=%r))\n'
         'r = asyncio.run(s.run("import os; open(\'x\', \'w\').write(\'1\'); print(os.getuid())"))\n'
         'wd = s.make_workdir()\n'

@@ -1,4 +1,4 @@
-"""Attack suite for tunix_agentic.sandbox.LocalSandbox: every attack must be contained, this (trainer)
+"""Attack suite for tunix_agentic.tools.sandbox.LocalSandbox: every attack must be contained, this (trainer)
 process must stay alive, and the next call must still print 2.
 
 Runs as whoever runs pytest; `test_attacks_as_unprivileged_user` (root only) runs this same file again
@@ -9,7 +9,7 @@ import asyncio, dataclasses, os, pwd, shutil, socket, stat, subprocess, sys, tem
 
 import pytest
 
-from tunix_agentic.sandbox import LocalSandbox, SandboxConfig
+from tunix_agentic.tools.sandbox import LocalSandbox, SandboxConfig
 
 CFG = SandboxConfig.tiny(timeout_s=10.0, memory_mb=256, max_output_bytes=8192, disk_mb=32)
 WHO = 'root' if os.geteuid() == 0 else 'unprivileged'

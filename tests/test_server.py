@@ -7,12 +7,12 @@ import httpx
 import openai
 import pytest
 
-from tunix_agentic.collector import CollectConfig, TrajectoryCollector
-from tunix_agentic.envs import ToolEnvironment
-from tunix_agentic.rollout import BaseEngine, SamplingParams, ScriptedEngine
-from tunix_agentic.server import EngineHTTPError, EngineServer, HttpEngine
-from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.builtin_tools import calculator_tools
+from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
+from tunix_agentic.envs.environments import ToolEnvironment
+from tunix_agentic.engines.engine import BaseEngine, SamplingParams, ScriptedEngine
+from tunix_agentic.engines.server import EngineHTTPError, EngineServer, HttpEngine
+from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
+from tunix_agentic.tools.builtin import calculator_tools
 
 
 @pytest.fixture(scope='module')
@@ -163,8 +163,8 @@ def test_unreachable_server_retries_then_fails():
 @pytest.mark.timeout(300)
 def test_jax_sampler_behind_the_server_matches_direct_sampling(tok):
     from flax import nnx
-    from tunix_agentic.models import ModelConfig, Qwen2
-    from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
+    from tunix_agentic.models.qwen2 import ModelConfig, Qwen2
+    from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
     mcfg = ModelConfig.tiny(vocab_size=len(tok), num_layers=1, hidden_size=32, intermediate_size=64,
                             head_dim=16)
     engine = JaxEngine(Qwen2(mcfg, rngs=nnx.Rngs(0)), config=JaxEngineConfig(max_batch=4))

@@ -7,15 +7,15 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tunix_agentic.collector import CollectConfig, TrajectoryCollector
-from tunix_agentic.envs import ToolEnvironment
-from tunix_agentic.remote import RemoteCollector
-from tunix_agentic.rollout import GenerateOutput, ScriptedEngine
-from tunix_agentic.rollout_server import RolloutRequest, RolloutServer, RolloutSettings
-from tunix_agentic.server import EngineServer
-from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.builtin_tools import calculator_tools
-from tunix_agentic.types import TrajectoryStatus
+from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
+from tunix_agentic.envs.environments import ToolEnvironment
+from tunix_agentic.serve.remote import RemoteCollector
+from tunix_agentic.engines.engine import GenerateOutput, ScriptedEngine
+from tunix_agentic.serve.rollout_server import RolloutRequest, RolloutServer, RolloutSettings
+from tunix_agentic.engines.server import EngineServer
+from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
+from tunix_agentic.tools.builtin import calculator_tools
+from tunix_agentic.core.trajectory import TrajectoryStatus
 
 DEAD_URL = 'http://127.0.0.1:9'  # discard port: connection refused
 
@@ -54,7 +54,7 @@ def stop(p):
     except subprocess.TimeoutExpired: p.kill(); p.wait()
 
 
-SERVE_ROLLOUT = 'from tunix_agentic.rollout_server import serve; serve()'
+SERVE_ROLLOUT = 'from tunix_agentic.serve.rollout_server import serve; serve()'
 
 
 @pytest.fixture(scope='module')
@@ -94,9 +94,9 @@ def test_remote_collection_is_identical_to_local(tok, rollout_server):
 
 ENGINE = '''
 import sys, time
-from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.rollout import ScriptedEngine
-from tunix_agentic.server import EngineServer
+from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
+from tunix_agentic.engines.engine import ScriptedEngine
+from tunix_agentic.engines.server import EngineServer
 class Slow(ScriptedEngine):
     def generate(self, prompts, params):
         time.sleep(1.0); return super().generate(prompts, params)
@@ -206,7 +206,7 @@ def test_fuzzed_rollout_bodies_get_4xx_never_500(rollout_server):
 
 @pytest.mark.timeout(300)
 def test_fuzzed_chat_bodies_get_4xx_never_500(tok):
-    from tunix_agentic.server import ChatRequest
+    from tunix_agentic.engines.server import ChatRequest
     base = {'model': 'm', 'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 8}
     with EngineServer(ScriptedEngine(tok, SCRIPT), tok) as srv:
         codes = _fuzz(srv.url + '/v1/chat/completions', base, ChatRequest, 300)
@@ -243,9 +243,9 @@ def test_load_1000_rollouts_none_lost_or_duplicated_429s_retried(tok):
 @pytest.mark.timeout(600)
 def test_online_loop_trains_on_remote_rollouts(tmp_path):
     from flax import nnx
-    from tunix_agentic.loop import LoopConfig, OnlineLoop
-    from tunix_agentic.models import ModelConfig, Qwen2
-    from tunix_agentic.trainer import Trainer, TrainerConfig
+    from tunix_agentic.learn.loop import LoopConfig, OnlineLoop
+    from tunix_agentic.models.qwen2 import ModelConfig, Qwen2
+    from tunix_agentic.learn.trainer import Trainer, TrainerConfig
     tok = build_tiny_tokenizer()
     mcfg = ModelConfig.tiny(vocab_size=len(tok), num_layers=1, hidden_size=32, intermediate_size=64,
                             head_dim=16)
@@ -271,7 +271,7 @@ def test_online_loop_trains_on_remote_rollouts(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_cli_serve_rollout_serves(tok):
-    code = ("from tunix_agentic.cli import main; "
+    code = ("from tunix_agentic.app.cli import main; "
             "main(['serve-rollout', '--port', '0', '--max-concurrent-rollouts', '3'])")
     p, url = spawn(code)
     try:

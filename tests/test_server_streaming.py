@@ -7,12 +7,12 @@ import openai
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tunix_agentic.parsers import get_tool_parser
-from tunix_agentic.rollout import ScriptedEngine
-from tunix_agentic.server import EngineServer, PlainTextParser
-from tunix_agentic.streaming import StreamingToolParser, text_deltas
-from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.builtin_tools import calculator_tools
+from tunix_agentic.chat.parsers import get_tool_parser
+from tunix_agentic.engines.engine import ScriptedEngine
+from tunix_agentic.engines.server import EngineServer, PlainTextParser
+from tunix_agentic.engines.streaming import StreamingToolParser, text_deltas
+from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
+from tunix_agentic.tools.builtin import calculator_tools
 
 FRAGMENTS = ['Let me', ' compute', '.', ' ', '\n', '  ', '✓', '<tool_call>', '</tool_call>',
              '<tool_c', '<tool_', '</tool', '<think>', '</think>', '<|python_tag|>', ';', '{', '}',

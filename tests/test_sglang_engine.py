@@ -7,13 +7,13 @@ import pytest
 import jax, jax.numpy as jnp
 from flax import nnx
 
-from tunix_agentic.default_model import load_default
-from tunix_agentic.models import save_hf
-from tunix_agentic.rollout import SamplingParams
-from tunix_agentic.sampler import JaxEngine, JaxEngineConfig
+from tunix_agentic.models.default import load_default
+from tunix_agentic.models.qwen2 import save_hf
+from tunix_agentic.engines.engine import SamplingParams
+from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
 
 sgl = pytest.importorskip('sgl_jax')
-from tunix_agentic.sglang_engine import (EngineError, EngineTimeoutError, SglangConfig,
+from tunix_agentic.engines.sglang_engine import (EngineError, EngineTimeoutError, SglangConfig,
                                          SglangJaxEngine)
 
 pytestmark = pytest.mark.slow
@@ -185,7 +185,7 @@ def test_engine_failure_surfaces_within_timeout(ckpt):
 
 
 def test_push_rejects_mismatched_params(ckpt, engine):
-    from tunix_agentic.models import ModelConfig, Qwen2
+    from tunix_agentic.models.qwen2 import ModelConfig, Qwen2
     other = Qwen2(ModelConfig.tiny(vocab_size=64), rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match='shape'): engine.update_params(other)
     with pytest.raises(TypeError): engine.update_params({'w': 1})
@@ -194,7 +194,7 @@ def test_push_rejects_mismatched_params(ckpt, engine):
 @pytest.mark.timeout(600)
 def test_qwen3_checkpoint_parity_and_swap(tmp_path):
     "Qwen3 (q/k RMSNorm, no bias): sglang-jax's Qwen3ForCausalLM agrees with ours, and hot-swaps."
-    from tunix_agentic.models import ModelConfig, Qwen2
+    from tunix_agentic.models.qwen2 import ModelConfig, Qwen2
     cfg = ModelConfig.tiny(arch='qwen3', qkv_bias=False, qk_norm=True, vocab_size=1024)
     m = sharpen(Qwen2(cfg, rngs=nnx.Rngs(3)))
     save_hf(m, cfg, tmp_path)
@@ -252,5 +252,5 @@ def test_idle_engine_waits_and_close_ends_its_threads(ckpt):
     assert not any(t.is_alive() for role, t in threads.items() if role != 'watchdog')
     # no socket of the engine is left open for the garbage collector to end: its context's term()
     # could wait forever for a message to a detokenizer that has ended (a CI run stalled on it)
-    from tunix_agentic.sglang_threads import engine_sockets
+    from tunix_agentic.engines.sglang_threads import engine_sockets
     assert engine_sockets(r.engine) == []

@@ -5,11 +5,11 @@ import pytest
 SCRIPT = textwrap.dedent('''
     import json, numpy as np, jax
     from flax import nnx
-    from tunix_agentic.models import Qwen2, ModelConfig
-    from tunix_agentic.types import Trajectory
-    from tunix_agentic.sharding import make_mesh, ShardingConfig, tree_specs
-    from tunix_agentic.trainer import Trainer, TrainerConfig
-    from tunix_agentic.losses import LossConfig
+    from tunix_agentic.models.qwen2 import Qwen2, ModelConfig
+    from tunix_agentic.core.trajectory import Trajectory
+    from tunix_agentic.learn.sharding import make_mesh, ShardingConfig, tree_specs
+    from tunix_agentic.learn.trainer import Trainer, TrainerConfig
+    from tunix_agentic.learn.losses import LossConfig
     assert len(jax.devices()) == 8, jax.devices()
     mcfg = ModelConfig.tiny(vocab_size=64, num_layers=1, hidden_size=32, intermediate_size=64,
                             head_dim=16)

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from tunix_agentic.tokenizer import (SPECIAL_TOKENS, TINY_CHAT_TEMPLATE, TINY_SPEC,
+from tunix_agentic.chat.tokenizer import (SPECIAL_TOKENS, TINY_CHAT_TEMPLATE, TINY_SPEC,
                                      build_tiny_tokenizer)
 
 
@@ -24,7 +24,7 @@ def test_deterministic_files(tmp_path):
 def test_deterministic_across_processes(tmp_path):
     "A fresh interpreter (new hash seed) builds the same tokenizer.json."
     import subprocess, sys, os
-    code = ("from tunix_agentic.tokenizer import build_tiny_tokenizer; import sys; "
+    code = ("from tunix_agentic.chat.tokenizer import build_tiny_tokenizer; import sys; "
             "build_tiny_tokenizer(sys.argv[1])")
     for name, seed in (('x', '1'), ('y', '2')):
         subprocess.run([sys.executable, '-c', code, str(tmp_path / name)], check=True, timeout=120,

@@ -7,11 +7,11 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tunix_agentic.ratelimit import RateLimiter, ToolRateLimiter
-from tunix_agentic.builtin_tools import Gsm8kTool, calculator_tools, exact_str
-from tunix_agentic.tools import (BaseTool, FunctionTool, ToolError, ToolManager, truncate_middle,
+from tunix_agentic.tools.ratelimit import RateLimiter, ToolRateLimiter
+from tunix_agentic.tools.builtin import Gsm8kTool, calculator_tools, exact_str
+from tunix_agentic.tools.base import (BaseTool, FunctionTool, ToolError, ToolManager, truncate_middle,
                                  validate_arguments)
-from tunix_agentic.types import ToolCall, ToolOutput
+from tunix_agentic.core.trajectory import ToolCall, ToolOutput
 
 
 class Recorder(BaseTool):

@@ -10,12 +10,12 @@ import matplotlib
 matplotlib.use('Agg')
 import pytest
 
-from tunix_agentic.chat import response_spans as spans
-from tunix_agentic.types import Action, Step, ToolCall, Trajectory
-from tunix_agentic.widgets import MASK_COLORS, render_chat, render_tokens, render_trajectory
-from tunix_agentic.viewer import DumpViewer, dump_metrics, load_dump_dir, plot_metrics
-from tunix_agentic.episode_driver import EpisodeDriver, run_async
-from tunix_agentic.stepper import EpisodeStepper
+from tunix_agentic.chat.encoder import response_spans as spans
+from tunix_agentic.core.trajectory import Action, Step, ToolCall, Trajectory
+from tunix_agentic.ui.render import MASK_COLORS, render_chat, render_tokens, render_trajectory
+from tunix_agentic.ui.viewer import DumpViewer, dump_metrics, load_dump_dir, plot_metrics
+from tunix_agentic.ui.episode_driver import EpisodeDriver, run_async
+from tunix_agentic.ui.stepper import EpisodeStepper
 
 
 # ---------------------------------------------------------------- helpers
@@ -230,11 +230,11 @@ def test_dump_viewer_reports_torn_line(dump_dir):
 
 
 # ---------------------------------------------------------------- episode stepper
-from tunix_agentic.collector import CollectConfig, TrajectoryCollector
-from tunix_agentic.dumps import DumpWriter
-from tunix_agentic.rollout import ScriptedEngine, SamplingParams
-from tunix_agentic.tokenizer import build_tiny_tokenizer
-from tunix_agentic.builtin_tools import calculator_tools
+from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
+from tunix_agentic.rollout.dumps import DumpWriter
+from tunix_agentic.engines.engine import ScriptedEngine, SamplingParams
+from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
+from tunix_agentic.tools.builtin import calculator_tools
 from conftest import CALC_SCRIPT, CALC_TASK, QA_TASK, calc_group
 
 TOK = build_tiny_tokenizer()
@@ -414,8 +414,8 @@ def test_viewer_opens_collector_dumps_and_plots(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_stepper_with_tiny_model_matches_collector():
-    from tunix_agentic.default_model import load_default
-    from tunix_agentic.sampler import JaxEngine
+    from tunix_agentic.models.default import load_default
+    from tunix_agentic.engines.jax_engine import JaxEngine
     model, mcfg, tok = load_default()
     pol = JaxEngine(model, mcfg, tok)
     cfg = CollectConfig.tiny(group_size=1, max_turns=2, sampling=SamplingParams(max_new_tokens=12))
@@ -466,7 +466,7 @@ def test_stepper_timeout_and_engine_error_end_the_episode_and_back_undoes_them()
 
 @pytest.mark.timeout(60)
 def test_stepper_with_env_factories_and_two_engines():
-    from tunix_agentic.envs import ToolEnvironment
+    from tunix_agentic.envs.environments import ToolEnvironment
     envs = {'calc3': lambda task: ToolEnvironment(task, tools=calculator_tools(), reward_fn='gsm8k',
                                                   max_turns=3)}
     wrong = ScriptedEngine(TOK, ['#### 1'])

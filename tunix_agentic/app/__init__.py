@@ -1,0 +1,1 @@
+"""The applications: the calculator task, the demo, the command line and the public API."""

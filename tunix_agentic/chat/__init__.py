@@ -1,0 +1,1 @@
+"""Chat and tokens: tool-call parsers, chat templates, tokenizers and the token-exact episode encoder."""

@@ -1,0 +1,1 @@
+"""Rollout: one episode, the collector that runs many, dumps, and collectors over processes and Ray."""

@@ -1,0 +1,1 @@
+"""Notebook views: HTML renderings of trajectories, the dumps viewer and the episode stepper."""
