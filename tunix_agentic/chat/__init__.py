@@ -1,1 +1,1 @@
-"""Chat and tokens: tool-call parsers, chat templates, tokenizers and the token-exact episode encoder."""
+"""Chat and tokens: tool-call parsers, chat templates, tokenizers and the episode encoder."""

@@ -1,1 +1,1 @@
-"""Records every layer passes on (steps, trajectories, tool calls, statuses) and the name registry."""
+"""Records every layer passes on (steps, trajectories, tool calls) and the name registry."""

@@ -1,1 +1,1 @@
-"""Engines: the sampling interface, our JAX engine, sglang-jax, and the OpenAI-compatible server."""
+"""Engines: the sampling interface, our JAX engine, sglang-jax and the OpenAI-style server."""

@@ -1,1 +1,1 @@
-"""The learner: losses, sharding, the GRPO/SFT trainer and the online loop that feeds it rollouts."""
+"""The learner: losses, sharding, the GRPO/SFT trainer and the online loop."""

@@ -1,1 +1,1 @@
-"""Flax NNX decoders (Qwen2/Qwen3, Llama 3, Gemma 3), their checkpoint formats and the default model."""
+"""Flax NNX decoders (Qwen2/3, Llama 3, Gemma 3), their checkpoint formats, the default model."""

@@ -1,1 +1,1 @@
-"""Rollout: one episode, the collector that runs many, dumps, and collectors over processes and Ray."""
+"""Rollout: one episode, the collector that runs many, dumps, process and Ray collectors."""

@@ -1,1 +1,1 @@
-"""Tools: argument checks, the tool manager, rate limits, the subprocess sandbox and built-in tools."""
+"""Tools: argument checks, the tool manager, rate limits, the sandbox and built-in tools."""
