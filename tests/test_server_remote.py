@@ -38,7 +38,7 @@ class VariedEngine(ScriptedEngine):
 def spawn(code: str, env: dict | None = None):
     "Start a python process that prints its URL as the last word of its first line."
     e = {**os.environ, 'ROLLOUT_SERVER_PORT': '0', 'HF_HUB_OFFLINE': '1', 'JAX_PLATFORMS': 'cpu',
-         **(env or {})}
+         'ROLLOUT_CALLBACK_HOSTS': 'loopback', **(env or {})}
     p = subprocess.Popen([sys.executable, '-c', code], env=e, stdout=subprocess.PIPE, text=True)
     url = p.stdout.readline().split()[-1]
     for _ in range(200):
@@ -136,7 +136,7 @@ def test_killed_engine_ends_the_rollout_as_error_and_the_server_keeps_serving(to
 
 @pytest.mark.timeout(60)
 def test_wrong_api_keys_get_401(tok):
-    rs = RolloutServer(RolloutSettings(api_key='secret')).start()
+    rs = RolloutServer(RolloutSettings(api_key='secret', callback_hosts=('loopback',))).start()
     try:
         with EngineServer(ScriptedEngine(tok, SCRIPT), tok, api_key='cb-key') as eng:
             url = rs.url + '/rollout'
@@ -213,11 +213,11 @@ def test_fuzzed_chat_bodies_get_4xx_never_500(tok):
     assert len(codes) == 300 and codes.count(422) > 100
 
 
-# ---- load: 1,000 rollouts at 200 concurrent against max_concurrent_rollouts=100 ----
+# ---- load: 1,000 rollouts at 200 concurrent against max_concurrent_rollouts=100, no queue ----
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_load_1000_rollouts_none_lost_or_duplicated_429s_retried(tok):
-    p, url = spawn(SERVE_ROLLOUT, {'MAX_CONCURRENT_ROLLOUTS': '100',
+    p, url = spawn(SERVE_ROLLOUT, {'MAX_CONCURRENT_ROLLOUTS': '100', 'MAX_QUEUED_ROLLOUTS': '0',
                                    'ROLLOUT_TOOL_LATENCY_MS': '10,100'})
     try:
         col = RemoteCollector(ScriptedEngine(tok, SCRIPT), tok, url,
@@ -254,7 +254,7 @@ def test_online_loop_trains_on_remote_rollouts(tmp_path):
         def update_params(self, params, version=None):
             self.versions = (*self.versions, version); super().update_params(params, version)
     engine = Recording(tok, SCRIPT)
-    rs = RolloutServer(RolloutSettings()).start()
+    rs = RolloutServer(RolloutSettings(callback_hosts=('loopback',))).start()
     col = RemoteCollector(engine, tok, rs.url, config=CollectConfig.tiny(group_size=2))
     try:
         tr = Trainer(Qwen2(mcfg, rngs=nnx.Rngs(0)), TrainerConfig.tiny(buckets=(1024,)))

@@ -91,7 +91,7 @@ def test_openai_client_stream_equals_whole_answer(tok, script):
     tools = [t.schema for t in calculator_tools()]
     with EngineServer(ScriptedEngine(tok, [script]), tok) as srv:
         client = openai.OpenAI(base_url=srv.url + '/v1', api_key='x', max_retries=0)
-        kw = dict(model='m', tools=tools, messages=[{'role': 'user', 'content': 'hi'}])
+        kw = dict(model='tunix-agentic', tools=tools, messages=[{'role': 'user', 'content': 'hi'}])
         whole = client.chat.completions.create(**kw)
         events = list(client.chat.completions.create(
             stream=True, stream_options={'include_usage': True}, **kw))

@@ -5,22 +5,24 @@
 # %% ../../nbs/05_engines/07_server.ipynb #998b1627
 from __future__ import annotations
 import asyncio, json, logging, time, uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 import httpx
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, Strict
 from fastcore.basics import patch
 from .engine import BaseEngine, GenerateOutput, SamplingParams, as_params_list
 from ..chat.parsers import ParseResult, ToolParser, get_tool_parser
 from ..chat.encoder import chat_format
 from .streaming import chat_stream, openai_tool_call, usage_dict
-from .http_plumbing import (CLIENT_LIMITS, BackgroundServer, check_api_key,
-                                         install_error_handlers, ssl_context)
+from .http_plumbing import (CLIENT_LIMITS, BackgroundServer, Guard,
+                                                check_exposure, install_error_handlers,
+                                                ssl_context)
 
 # %% auto #0
-__all__ = ['EngineHTTPError', 'ChatMessage', 'SamplingFields', 'ChatRequest', 'CompletionRequest', 'EngineServer',
-           'template_message', 'PlainTextParser', 'GenerateRequest', 'params_from_json', 'params_to_json', 'HttpEngine']
+__all__ = ['MAX_MESSAGES', 'MAX_TEXT', 'MAX_IDS', 'TokenId', 'Text', 'EngineHTTPError', 'ChatMessage', 'SamplingFields',
+           'ChatRequest', 'CompletionRequest', 'EngineServer', 'template_message', 'PlainTextParser', 'GenerateRequest',
+           'params_from_json', 'params_to_json', 'HttpEngine']
 
 # %% ../../nbs/05_engines/07_server.ipynb #64c18e46
 _log = logging.getLogger(__name__)
@@ -29,19 +31,24 @@ class EngineHTTPError(RuntimeError):
     "A server refused or failed a request, or did not answer in time."
 
 # %% ../../nbs/05_engines/07_server.ipynb #267ba1fb
+MAX_MESSAGES, MAX_TEXT = 4096, 1 << 20  # messages per request; characters per string
+MAX_IDS = 1 << 18  # token ids per list
+TokenId = Annotated[int, Strict(), Field(ge=0)]  # strict: `false` or `1.0` is not a token id
+Text = Annotated[str, Field(max_length=MAX_TEXT)]
+
 class ChatMessage(BaseModel):
     "One OpenAI chat message."
     model_config = ConfigDict(extra='allow')
     role: Literal['system', 'developer', 'user', 'assistant', 'tool']
-    content: str | list[dict] | None = None
-    tool_calls: list[dict] | None = None
-    tool_call_id: str | None = None
-    name: str | None = None
+    content: Text | list[dict] | None = Field(None, max_length=MAX_TEXT)
+    tool_calls: list[dict] | None = Field(None, max_length=256)
+    tool_call_id: str | None = Field(None, max_length=256)
+    name: str | None = Field(None, max_length=256)
 
 class SamplingFields(BaseModel):
     "Sampling fields shared by chat and text completions."
     model_config = ConfigDict(extra='allow')
-    model: str = ''
+    model: str = Field('', max_length=256)
     temperature: float = Field(1.0, ge=0, le=100)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
@@ -50,46 +57,45 @@ class SamplingFields(BaseModel):
     n: Literal[1] = 1
     stream: bool = False
     stream_options: dict | None = None  # {"include_usage": true} adds a usage chunk
-    stop_token_ids: list[NonNegativeInt] | None = None  # extension: extra stop ids
+    stop_token_ids: list[TokenId] | None = Field(None, max_length=256)  # extension: extra stops
     rollout_id: str | None = Field(None, max_length=256)  # extension: record turns under this id
-    prompt_token_ids: list[NonNegativeInt] | None = Field(None, min_length=1)  # token-in prompt
-    response_mask: list[Literal[0, 1]] | None = None  # seed 004: mask of the new prompt tokens
+    prompt_token_ids: list[TokenId] | None = Field(None, min_length=1, max_length=MAX_IDS)
+    response_mask: list[Literal[0, 1]] | None = Field(None, max_length=MAX_IDS)  # seed 004
 
 class ChatRequest(SamplingFields):
     "POST /v1/chat/completions."
-    messages: list[ChatMessage] = Field(min_length=1)
-    tools: list[dict] | None = None
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    tools: list[dict] | None = Field(None, max_length=256)
     tool_choice: Any = None
     max_completion_tokens: int | None = Field(None, ge=1, le=1 << 20)
     logprobs: bool = False
 
 class CompletionRequest(SamplingFields):
     "POST /v1/completions: a text or token-id prompt."
-    prompt: str | list[NonNegativeInt] = Field(min_length=1)
+    prompt: Text | list[TokenId] = Field(min_length=1, max_length=MAX_IDS)
     logprobs: int | None = Field(None, ge=0, le=20)
 
 # %% ../../nbs/05_engines/07_server.ipynb #e3d23958
 def _engine_app(srv: EngineServer) -> FastAPI:
     app = FastAPI(title='tunix_agentic engine server', docs_url=None, redoc_url=None)
     install_error_handlers(app)
-    def _auth(request: Request): check_api_key(request, srv.api_key)
-    auth = [Depends(_auth)]
+    app.add_middleware(Guard, api_key=srv.api_key, max_body_bytes=srv.max_body_bytes)
     @app.get('/health')
     async def health():
         return {'status': 'ok', 'engine': type(srv.engine).__name__,
                 'policy_version': int(srv.engine.policy_version)}
-    @app.get('/v1/models', dependencies=auth)
+    @app.get('/v1/models')
     async def models():
         return {'object': 'list', 'data': [{'id': srv.model, 'object': 'model', 'created': 0,
                                             'owned_by': 'tunix_agentic'}]}
     # JSONResponse directly: FastAPI's jsonable_encoder walks every id of a long prompt (10x slower)
-    @app.post('/v1/chat/completions', dependencies=auth)
+    @app.post('/v1/chat/completions')
     async def chat(req: ChatRequest):
         r = await srv.chat(req)
         return r if isinstance(r, StreamingResponse) else JSONResponse(r)
-    @app.post('/v1/completions', dependencies=auth)
+    @app.post('/v1/completions')
     async def complete(req: CompletionRequest): return JSONResponse(await srv.complete(req))
-    @app.post('/generate', dependencies=auth)
+    @app.post('/generate')
     async def generate(req: GenerateRequest): return JSONResponse(await srv.generate_batch(req))
     return app
 
@@ -99,11 +105,15 @@ class EngineServer:
     def __init__(self, engine: BaseEngine, tokenizer, # renders messages; decodes samples
                  *, model: str = 'tunix-agentic', # the model id /v1/models lists
                  parser: str = 'qwen', # tool-call parser name (`parsers.get_tool_parser`)
-                 api_key: str | None = None, # required bearer token (None: open)
+                 api_key: str | None = None, # bearer token (None: open; loopback only)
                  host: str = '127.0.0.1', port: int = 0, # 0: any free port
-                 max_tokens: int = 512): # default and upper bound of a request's max_tokens
+                 max_tokens: int = 512, # default and upper bound of a request's max_tokens
+                 max_prompt_tokens: int = 32768, # longer prompts are refused before the engine
+                 max_body_bytes: int = 8 << 20): # bigger request bodies are refused (413)
+        check_exposure(host, api_key, 'EngineServer')
         self.engine, self.tokenizer, self.model, self.api_key = engine, tokenizer, model, api_key
         self.parser, self.max_tokens = get_tool_parser(parser), max_tokens
+        self.max_prompt_tokens, self.max_body_bytes = max_prompt_tokens, max_body_bytes
         self.end_ids = sorted(chat_format(tokenizer).end_ids)  # end of turn and eos
         self.vocab_size = len(tokenizer)
         self.records: dict[str, list[dict]] = {}
@@ -146,16 +156,25 @@ def render(self: EngineServer, messages: list[ChatMessage], tools: list[dict] | 
 
 # %% ../../nbs/05_engines/07_server.ipynb #5314c1e6
 @patch
-async def sample(self: EngineServer, prompt: list[int], req: SamplingFields,
-                 max_tokens: int | None = None) -> GenerateOutput:
-    "One engine call (batched with concurrent ones); recorded under `req.rollout_id` if expected."
-    bad = next((i for i in prompt if i >= self.vocab_size), None)
+def check_prompt(self: EngineServer, prompt: list[int], max_tokens: int | None,
+                 field: str = 'prompt_token_ids'):
+    "422 unless every id is in the vocabulary and the prompt and answer fit this server's bounds."
+    if len(prompt) > self.max_prompt_tokens:
+        raise HTTPException(422, f'{field}: the prompt has {len(prompt)} tokens; this server takes '
+                                 f'at most {self.max_prompt_tokens}')
+    bad = next((i for i in prompt if not 0 <= i < self.vocab_size), None)
     if bad is not None:
-        raise HTTPException(422, f'prompt_token_ids: id {bad} is outside the vocabulary '
+        raise HTTPException(422, f'{field}: id {bad} is outside the vocabulary '
                                  f'(size {self.vocab_size})')
     if max_tokens is not None and max_tokens > self.max_tokens:  # a big one could exhaust memory
         raise HTTPException(422, f'max_tokens: {max_tokens} is more than this server samples '
                                  f'({self.max_tokens})')
+
+@patch
+async def sample(self: EngineServer, prompt: list[int], req: SamplingFields,
+                 max_tokens: int | None = None) -> GenerateOutput:
+    "One engine call (batched with concurrent ones); recorded under `req.rollout_id` if expected."
+    self.check_prompt(prompt, max_tokens)
     stops = tuple(sorted(set(req.stop_token_ids or ()) | set(self.end_ids)))
     try:
         params = SamplingParams(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
@@ -165,7 +184,7 @@ async def sample(self: EngineServer, prompt: list[int], req: SamplingFields,
     try: out = await self.engine.agenerate(prompt, params)
     except Exception as e:
         _log.warning('engine failed: %r', e)
-        raise HTTPException(500, f'engine failed: {type(e).__name__}: {e}')
+        raise HTTPException(500, f'engine failed: {type(e).__name__}')
     rec = self.records.get(req.rollout_id) if req.rollout_id is not None else None
     if rec is not None:
         rec.append({'prompt_ids': list(prompt), 'token_ids': list(out.token_ids),
@@ -192,9 +211,18 @@ def tool_parser(self: EngineServer, req: ChatRequest) -> ToolParser:
     return self.parser if req.tools and req.tool_choice != 'none' else PlainTextParser()
 
 @patch
+def check_model(self: EngineServer, model: str):
+    "404 for a model this server does not serve (empty: ours), as OpenAI answers."
+    if model not in ('', self.model):
+        raise HTTPException(404, f'model {model[:80]!r} does not exist; this server serves '
+                                 f'{self.model!r}')
+
+@patch
 async def chat(self: EngineServer, req: ChatRequest) -> dict:
-    "Answer one chat completion request."
-    prompt = list(req.prompt_token_ids or []) or self.render(req.messages, req.tools)
+    "Answer one chat completion request (the template renders on a worker thread)."
+    self.check_model(req.model)
+    prompt = (list(req.prompt_token_ids or [])
+              or await asyncio.to_thread(self.render, req.messages, req.tools))
     out = await self.sample(prompt, req, req.max_completion_tokens or req.max_tokens)
     if req.stream:
         return chat_stream(self, req, prompt, out)
@@ -222,8 +250,10 @@ async def chat(self: EngineServer, req: ChatRequest) -> dict:
 @patch
 async def complete(self: EngineServer, req: CompletionRequest) -> dict:
     "Answer one text completion request (a text prompt, or token ids)."
+    self.check_model(req.model)
     if isinstance(req.prompt, str):
-        prompt = self.tokenizer.encode(req.prompt, add_special_tokens=False)
+        prompt = await asyncio.to_thread(self.tokenizer.encode, req.prompt,
+                                         add_special_tokens=False)
         if not prompt: raise HTTPException(422, 'prompt: encodes to no tokens')
     else: prompt = list(req.prompt)
     out = await self.sample(list(req.prompt_token_ids or []) or prompt, req, req.max_tokens)
@@ -242,8 +272,8 @@ async def complete(self: EngineServer, req: CompletionRequest) -> dict:
 class GenerateRequest(BaseModel):
     "POST /generate: prompts of token ids and their SamplingParams fields."
     model_config = ConfigDict(extra='forbid')
-    prompts: list[list[NonNegativeInt]] = Field(min_length=1)
-    params: dict | list[dict] | None = None
+    prompts: list[list[TokenId]] = Field(min_length=1, max_length=1024)
+    params: dict | list[dict] | None = Field(None, max_length=1024)
 
 _PARAM_FIELDS = set(SamplingParams.__dataclass_fields__)
 
@@ -253,6 +283,9 @@ def params_from_json(d: Any) -> SamplingParams:
     unknown = sorted(set(d) - _PARAM_FIELDS)
     if unknown:
         raise ValueError(f'unknown sampling params {unknown}; known: {sorted(_PARAM_FIELDS)}')
+    flags = sorted(k for k, v in d.items() if isinstance(v, bool) or k == 'stop_token_ids' and
+                   any(isinstance(x, bool) or not isinstance(x, int) for x in v or ()))
+    if flags: raise ValueError(f'{flags}: booleans are not numbers (and stop ids are integers)')
     return SamplingParams(**{k: tuple(v) if k == 'stop_token_ids' else v for k, v in d.items()})
 
 def params_to_json(p: SamplingParams) -> dict:
@@ -262,15 +295,18 @@ def params_to_json(p: SamplingParams) -> dict:
 @patch
 async def generate_batch(self: EngineServer, req: GenerateRequest) -> dict:
     "Sample every prompt of a /generate body concurrently (the engine batches them)."
-    for i, p in enumerate(req.prompts):
-        if not p: raise HTTPException(422, f'prompts.{i}: must not be empty')
     try:
         raw = req.params
         ps = [params_from_json(x) for x in raw] if isinstance(raw, list) else params_from_json(raw)
         ps = as_params_list(ps, len(req.prompts))
     except (ValueError, TypeError) as e: raise HTTPException(422, f'params: {e}')
+    for i, (p, sp) in enumerate(zip(req.prompts, ps)):  # the chat routes' checks
+        if not p: raise HTTPException(422, f'prompts.{i}: must not be empty')
+        self.check_prompt(p, sp.max_new_tokens, f'prompts.{i}')
     try: outs = await asyncio.gather(*map(self.engine.agenerate, req.prompts, ps))
-    except Exception as e: raise HTTPException(500, f'engine failed: {type(e).__name__}: {e}')
+    except Exception as e:
+        _log.warning('engine failed: %r', e)
+        raise HTTPException(500, f'engine failed: {type(e).__name__}')
     return {'outputs': [o.__dict__ for o in outs],
             'policy_version': int(self.engine.policy_version)}
 

@@ -5,12 +5,12 @@
 # %% ../../nbs/09_serve/00_rollout_server.ipynb #5faf282b
 from __future__ import annotations
 import asyncio, collections, functools, logging, os, random, socket, time
-from typing import Any, Callable, Literal
+from typing import Annotated, Any, Callable, Literal
 import httpx, uvicorn
 import prometheus_client as prom
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+from pydantic import BaseModel, ConfigDict, Field, Strict
 from fastcore.basics import patch
 from ..engines.engine import BaseEngine, GenerateOutput, SamplingParams
 from ..envs.agents import ToolAgent
@@ -18,8 +18,9 @@ from ..envs.environments import ToolEnvironment, resolve_tools
 from ..tools.base import BaseTool, ToolManager
 from ..core.trajectory import TrajectoryStatus
 from ..rollout.collector import CollectConfig, TrajectoryCollector
-from ..engines.http_plumbing import (BackgroundServer, ClientPool, KEEP_ALIVE_S, check_api_key,
-                                         error_response, install_error_handlers)
+from ..engines.http_plumbing import (BackgroundServer, ClientPool, Guard, OnceGate,
+                                                callback_url, check_exposure, error_response,
+                                                install_error_handlers, uvicorn_config)
 
 _log = logging.getLogger(__name__)
 
@@ -35,7 +36,11 @@ _ENV = dict(server_port='ROLLOUT_SERVER_PORT', tokenizer_cache_size='TOKENIZER_C
             max_concurrent_rollouts='MAX_CONCURRENT_ROLLOUTS', host='ROLLOUT_HOST',
             toolset='ROLLOUT_TOOLSET', tool_latency_ms='ROLLOUT_TOOL_LATENCY_MS',
             reward_fn='ROLLOUT_REWARD_FN', parser='ROLLOUT_PARSER', api_key='ROLLOUT_API_KEY',
-            retry_after_s='ROLLOUT_RETRY_AFTER_S')
+            retry_after_s='ROLLOUT_RETRY_AFTER_S', tokenizers='ROLLOUT_TOKENIZERS',
+            callback_hosts='ROLLOUT_CALLBACK_HOSTS', max_queued_rollouts='MAX_QUEUED_ROLLOUTS',
+            result_keep_s='ROLLOUT_RESULT_KEEP_S', on_disconnect='ROLLOUT_ON_DISCONNECT',
+            max_body_bytes='ROLLOUT_MAX_BODY_BYTES')
+_LISTS = ('tool_latency_ms', 'tokenizers', 'callback_hosts')  # comma-separated in the environment
 
 class RolloutSettings(BaseModel):
     "How a rollout server runs (seed 004's configuration table plus our knobs)."
@@ -44,20 +49,26 @@ class RolloutSettings(BaseModel):
     host: str = '127.0.0.1'
     tokenizer_cache_size: int = Field(5, ge=1)
     http_client_timeout: float = Field(300.0, gt=0)
-    tokenizer_trust_remote_code: bool = True
+    tokenizer_trust_remote_code: bool = False  # the seed says true: see "Tokenizers" below
+    tokenizers: tuple[str, ...] = ('tiny',)  # names or paths a request may pick
+    callback_hosts: tuple[str, ...] = ()  # callback targets: loopback, HOST, HOST:PORT, HOST:LO-HI
     max_concurrent_rollouts: int = Field(100, ge=1)
+    max_queued_rollouts: int = Field(1024, ge=0)  # FIFO waiting room; 429 only when it is full
+    result_keep_s: float = Field(600.0, ge=0)  # a finished rollout_id's answer, for retries
+    on_disconnect: Literal['keep', 'cancel'] = 'keep'  # a rollout whose client left
+    max_body_bytes: int = Field(8 << 20, ge=1024)
     toolset: str = 'calculator'  # a name in envs.TOOLSETS
     tool_latency_ms: tuple[float, float] = (0.0, 0.0)  # each tool call sleeps U(lo, hi) ms first
     reward_fn: str | None = 'gsm8k'  # scores tasks that carry an answer (metadata.task)
     parser: str = 'qwen'
-    api_key: str | None = None  # required bearer token of /rollout (None: open)
+    api_key: str | None = None  # bearer token of every route but /health (loopback: optional)
     retry_after_s: int = Field(1, ge=0)  # the Retry-After of a 429
     @classmethod
     def from_env(cls, env: dict | None = None, **overrides) -> RolloutSettings:
         "Settings from environment variables (and keyword overrides)."
         env = os.environ if env is None else env
         kw: dict[str, Any] = {k: env[v] for k, v in _ENV.items() if env.get(v)}
-        if 'tool_latency_ms' in kw: kw['tool_latency_ms'] = kw['tool_latency_ms'].split(',')
+        kw.update({k: kw[k].split(',') for k in _LISTS if k in kw})
         return cls(**{**kw, **overrides})
 
 # %% ../../nbs/09_serve/00_rollout_server.ipynb #5a8398c2
@@ -76,7 +87,7 @@ class LatencyTool(BaseTool):
     async def release(self, instance_id: str, **kw): await self.tool.release(instance_id, **kw)
 
 # %% ../../nbs/09_serve/00_rollout_server.ipynb #4291d8af
-def load_tokenizer(name: str, trust_remote_code: bool = True):
+def load_tokenizer(name: str, trust_remote_code: bool = False):
     "The tokenizer called `name`: `tiny` is the embedded one, anything else comes from HF."
     if name == 'tiny':
         from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
@@ -109,10 +120,10 @@ class Message(BaseModel):
     "A chat message."
     model_config = ConfigDict(extra='allow')
     role: Literal['system', 'user', 'assistant', 'tool']
-    content: str | None = None
-    tool_calls: list[dict] | None = None
-    tool_call_id: str | None = None
-    name: str | None = None
+    content: str | None = Field(None, max_length=1 << 20)
+    tool_calls: list[dict] | None = Field(None, max_length=256)
+    tool_call_id: str | None = Field(None, max_length=256)
+    name: str | None = Field(None, max_length=256)
 
 class RolloutSamplingParams(BaseModel):
     "Sampling of every model turn."
@@ -121,7 +132,7 @@ class RolloutSamplingParams(BaseModel):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
     max_tokens: int = Field(512, ge=1, le=1 << 20)  # per turn
-    stop_token_ids: list[NonNegativeInt] = []
+    stop_token_ids: list[Annotated[int, Strict(), Field(ge=0)]] = Field([], max_length=256)
 
 class RolloutRequest(BaseModel):
     "POST /rollout."
@@ -129,13 +140,13 @@ class RolloutRequest(BaseModel):
     rollout_id: str = Field(min_length=1, max_length=256)
     server_url: str = Field(pattern=r'^https?://[^\s]+$', max_length=2048)  # the trainer's engine
     messages: list[Message] = Field(min_length=1, max_length=1024)
-    tools: list[dict] | None = None  # schemas of the server's tools to offer (None: all)
+    tools: list[dict] | None = Field(None, max_length=256)  # tools to offer (None: all)
     sampling_params: RolloutSamplingParams = RolloutSamplingParams()
-    callback_api_key: str | None = None
+    callback_api_key: str | None = Field(None, max_length=4096)
     max_turns: int = Field(10, ge=1, le=1000)
     max_tokens_total: int = Field(8192, ge=1, le=1 << 22)
     tokenizer_name: str = Field('tiny', min_length=1, max_length=256)
-    model: str = ''
+    model: str = Field('', max_length=256)
     timeout_s: float | None = Field(None, gt=0, le=86400)  # whole rollout (default: http timeout)
     metadata: dict = {}
 
@@ -168,9 +179,9 @@ class CallbackError(RuntimeError):
 class CallbackEngine(BaseEngine):
     "One rollout's model: each turn is a POST to the trainer's /v1/chat/completions."
     def __init__(self, clients: ClientPool, req: RolloutRequest, agent: ToolAgent,
-                 tools: list[dict]):
+                 tools: list[dict], allow: tuple[str, ...]): # allow: the callback targets
         self.clients, self.req, self.agent, self.tools = clients, req, agent, tools
-        self.url = req.server_url.rstrip('/') + '/v1/chat/completions'
+        self.url = callback_url(req.server_url, allow, '/v1/chat/completions')
         key = req.callback_api_key
         self.headers = {'Authorization': f'Bearer {key}'} if key else {}
         self.last_len, self.calls = 0, 0
@@ -190,49 +201,57 @@ async def agenerate(self: CallbackEngine, prompt_ids: list[int],
             'stop_token_ids': list(p.stop_token_ids), 'rollout_id': self.req.rollout_id,
             'prompt_token_ids': list(prompt_ids), 'response_mask': mask}
     try: r = await self.clients.get().post(self.url, json=body, headers=self.headers)
-    except httpx.HTTPError as e:
-        raise CallbackError(f'callback {self.url} failed: {type(e).__name__}: {e}') from None
-    if r.status_code != 200:
-        try: msg = r.json()['error']['message']
-        except Exception: msg = r.text[:300]
-        raise CallbackError(f'callback {self.url} -> {r.status_code}: {msg}')
-    d = r.json()
-    ids, fr = d['token_ids'], d['choices'][0].get('finish_reason')
+    except httpx.HTTPError as e:  # the type only: the text could describe the callee's network
+        raise CallbackError(f'callback {self.url} failed: {type(e).__name__}') from None
+    if r.status_code != 200:  # a status line, never the callee's body
+        raise CallbackError(f'callback {self.url} -> {r.status_code} {r.reason_phrase[:40]}')
+    ids, lps, fr = self.answer(r, p.max_new_tokens, n)
     self.last_len, self.calls = n + len(ids), self.calls + 1
-    return GenerateOutput(list(ids), list(d['token_logprobs']),
-                          fr if fr in ('length', 'abort') else 'stop')
+    return GenerateOutput(ids, lps, fr if fr in ('length', 'abort') else 'stop')
+
+@patch
+def answer(self: CallbackEngine, r: httpx.Response, max_new: int, n: int):
+    "`(ids, logprobs, finish_reason)` of a callback's answer, held to the turn's and total budget."
+    try:
+        d = r.json()
+        ids, lps = [int(i) for i in d['token_ids']], [float(x) for x in d['token_logprobs']]
+        fr = d['choices'][0].get('finish_reason')
+    except Exception: raise CallbackError(f'callback {self.url}: not a chat completion') from None
+    if len(lps) != len(ids): raise CallbackError('callback answer: logprobs do not match the ids')
+    if len(ids) > max_new or n + len(ids) > self.req.max_tokens_total:
+        raise CallbackError(f'callback answer: {len(ids)} tokens for max_tokens={max_new} and '
+                            f'{self.req.max_tokens_total - n} left of max_tokens_total')
+    return ids, lps, fr
 
 # %% ../../nbs/09_serve/00_rollout_server.ipynb #15a4511d
 def _rollout_app(srv: RolloutServer) -> FastAPI:
     app = FastAPI(title='tunix_agentic rollout server', docs_url=None, redoc_url=None)
-    s = srv.settings
+    s, gate = srv.settings, srv.gate
     install_error_handlers(app)
-    def _auth(request: Request): check_api_key(request, s.api_key)
+    app.add_middleware(Guard, api_key=s.api_key, max_body_bytes=s.max_body_bytes)
     @app.get('/health')
     async def health():
-        return {'status': 'ok', 'active_rollouts': len(srv.active), 'tools': srv.manager.names,
-                'max_concurrent_rollouts': s.max_concurrent_rollouts}
+        return {'status': 'ok', 'active_rollouts': gate.active, 'queued_rollouts': gate.waiting,
+                'tools': srv.manager.names, 'max_concurrent_rollouts': s.max_concurrent_rollouts}
     @app.get('/tools')
     async def tools(): return {'tools': srv.manager.schemas}
     @app.get('/metrics')
     async def metrics():
         return Response(prom.generate_latest(srv.registry), media_type=prom.CONTENT_TYPE_LATEST)
-    @app.post('/rollout', dependencies=[Depends(_auth)])
-    async def rollout(req: RolloutRequest):
-        srv.tools_for(req.tools)
-        if req.rollout_id in srv.active:
-            srv.m_rejected.labels('duplicate').inc()
-            return error_response(409, f'rollout_id {req.rollout_id!r} is already running')
-        if len(srv.active) >= s.max_concurrent_rollouts:
+    @app.post('/rollout')
+    async def rollout(req: RolloutRequest, request: Request):
+        srv.admit(req)
+        if (kept := gate.result(req.rollout_id)) is not None:
+            srv.m_rejected.labels('replayed').inc()
+            return Response(kept.model_dump_json(), media_type='application/json')
+        if req.rollout_id not in gate.tasks and gate.full():
             srv.m_rejected.labels('concurrency').inc()
-            msg = (f'{len(srv.active)} rollouts running (max_concurrent_rollouts='
-                   f'{s.max_concurrent_rollouts}); retry later')
+            msg = (f'{gate.active} rollouts running and {gate.waiting} queued '
+                   f'(max_queued_rollouts={s.max_queued_rollouts}); retry later')
             return error_response(429, msg, {'Retry-After': str(s.retry_after_s)})
-        srv.active.add(req.rollout_id); srv.m_active.set(len(srv.active))
-        try:
-            with srv.m_latency.time(): resp = await srv.run(req)
-        finally: srv.active.discard(req.rollout_id); srv.m_active.set(len(srv.active))
-        srv.m_rollouts.labels(resp.finish_reason).inc()
+        task = gate.submit(req.rollout_id, lambda: srv.run(req))
+        resp = await gate.wait(req.rollout_id, task, request, s.on_disconnect == 'cancel')
+        if resp is None: return error_response(400, 'the client went away')
         return Response(resp.model_dump_json(), media_type='application/json')
     return app
 
@@ -251,7 +270,7 @@ class RolloutServer:
         self.manager = ToolManager(tools)
         loader = functools.partial(load_tokenizer, trust_remote_code=s.tokenizer_trust_remote_code)
         self.tokenizers = tokenizers or TokenizerCache(s.tokenizer_cache_size, loader)
-        self.active: set[str] = set()
+        self.gate = OnceGate(s.max_concurrent_rollouts, s.max_queued_rollouts, s.result_keep_s)
         self._managers: dict[tuple, ToolManager] = {}
         self._clients: ClientPool | None = None
         r = self.registry = prom.CollectorRegistry()
@@ -259,7 +278,6 @@ class RolloutServer:
                                        registry=r)
         self.m_rejected = prom.Counter('rollouts_rejected', 'Refused rollouts', ['reason'],
                                        registry=r)
-        self.m_active = prom.Gauge('rollouts_active', 'Rollouts running now', registry=r)
         self.m_latency = prom.Histogram('rollout_latency_seconds', 'Rollout wall time', registry=r,
                                         buckets=(.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300))
         self.m_llm = prom.Counter('llm_calls', 'Model turns (callbacks)', registry=r)
@@ -290,6 +308,18 @@ def tools_for(self: RolloutServer, schemas: list[dict] | None) -> ToolManager:
         self._managers[key] = ToolManager([self.manager.tools[n] for n in key])
     return self._managers[key]
 
+# %% ../../nbs/09_serve/00_rollout_server.ipynb #36b69310
+@patch
+def admit(self: RolloutServer, req: RolloutRequest):
+    "Refuse (422, 403) tools, tokenizers and callback targets the operator does not offer."
+    self.tools_for(req.tools)
+    if req.tokenizer_name not in self.settings.tokenizers:
+        raise HTTPException(422, f'tokenizer_name: {req.tokenizer_name[:80]!r} is not one this '
+                                 f'server loads ({list(self.settings.tokenizers)})')
+    try: callback_url(req.server_url, self.settings.callback_hosts, '/v1/chat/completions')
+    except ValueError as e: raise HTTPException(403, str(e)) from None
+
+
 # %% ../../nbs/09_serve/00_rollout_server.ipynb #390992b1
 @patch
 async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
@@ -300,13 +330,17 @@ async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
                                error_message=msg, metrics=RolloutMetrics(
                                    total_latency_ms=(time.perf_counter() - t0) * 1e3))
     try: tok = await self.tokenizers.get(req.tokenizer_name)
-    except Exception as e: return failed(f'TokenizerLoadError: {type(e).__name__}: {e}')
+    except Exception as e:  # the reason goes to the log only: it could describe our files
+        _log.warning('tokenizer %r failed to load: %r', req.tokenizer_name, e)
+        return failed(f'TokenizerLoadError: tokenizer {req.tokenizer_name!r} did not load')
     task = {**(md.get('task') if isinstance(md.get('task'), dict) else {}),
             'messages': [m.model_dump(exclude_none=True) for m in req.messages]}
     scored = self.settings.reward_fn if ('answer' in task or 'ground_truth' in task) else None
     manager = self.tools_for(req.tools)
     agent = ToolAgent(system_prompt='', parser_name=self.settings.parser)
-    cb = CallbackEngine(self.clients(), req, agent, manager.schemas)
+    try: cb = CallbackEngine(self.clients(), req, agent, manager.schemas,
+                             self.settings.callback_hosts)
+    except ValueError as e: return failed(str(e))
     sp = req.sampling_params
     cfg = CollectConfig(max_turns=req.max_turns, max_seq_len=req.max_tokens_total,
                         max_concurrency=1,
@@ -316,11 +350,14 @@ async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
                                                 stop_token_ids=tuple(sp.stop_token_ids)))
     env_fn = lambda t: ToolEnvironment(t, tools=manager, reward_fn=scored, max_turns=req.max_turns)
     try:
-        col = TrajectoryCollector(cb, tok, env_fn, agent_fn=lambda t: agent, config=cfg)
-        seeds = {k: int(md[k]) for k in ('env_seed', 'sampling_seed') if isinstance(md.get(k), int)}
-        traj = await col.collect(task, episode_id=req.rollout_id, **seeds)
+        with self.m_latency.time():
+            col = TrajectoryCollector(cb, tok, env_fn, agent_fn=lambda t: agent, config=cfg)
+            seeds = {k: int(md[k]) for k in ('env_seed', 'sampling_seed')
+                     if isinstance(md.get(k), int)}
+            traj = await col.collect(task, episode_id=req.rollout_id, **seeds)
     except Exception as e: return failed(f'{type(e).__name__}: {e}')
     fr, m = _FINISH.get(traj.status, 'error'), traj.metrics
+    self.m_rollouts.labels(fr).inc()
     self.m_llm.inc(cb.calls); self.m_tools.inc(m.get('tool_calls', 0))
     metrics = RolloutMetrics(total_latency_ms=(time.perf_counter() - t0) * 1e3,
                              llm_latency_ms=m.get('time_model_s', 0.0) * 1e3,
@@ -336,6 +373,7 @@ async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
 @patch
 def start(self: RolloutServer, host: str = '127.0.0.1', port: int = 0) -> RolloutServer:
     "Serve on a background thread; `self.url` is the address."
+    check_exposure(host, self.settings.api_key, 'RolloutServer')
     self.http = BackgroundServer(self.app, host, port).start()
     self.url = self.http.url
     return self
@@ -348,10 +386,9 @@ def serve(settings: RolloutSettings | None = None, host: str | None = None,
     "Run a rollout server in the foreground until interrupted (settings from the environment)."
     srv = RolloutServer(settings or RolloutSettings.from_env())
     s = srv.settings
+    check_exposure(host or s.host, s.api_key, 'rollout server')
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host or s.host, s.server_port if port is None else port))
     print(f'rollout server on http://{sock.getsockname()[0]}:{sock.getsockname()[1]}', flush=True)
-    cfg = uvicorn.Config(srv.app, log_level='warning', backlog=4096,
-                         timeout_keep_alive=KEEP_ALIVE_S)
-    uvicorn.Server(cfg).run(sockets=[sock])
+    uvicorn.Server(uvicorn_config(srv.app)).run(sockets=[sock])
