@@ -254,7 +254,8 @@ async def _run_one(self: ToolSession, call: Any, call_id: str) -> ToolOutput:
         out = ToolOutput(shown, error=msg, call_id=call_id)
     except Exception as e:  # noqa: BLE001 — every failure becomes a message to the model
         msg = str(e) if isinstance(e, ToolError) else f'{shown} failed: {_error_text(e)}'
-        out = ToolOutput(shown, error=truncate_middle(msg, m.max_output_chars), call_id=call_id)
+        out = ToolOutput(shown, error=truncate_middle(msg, m.max_output_chars), call_id=call_id,
+                         metadata=dict(getattr(e, 'metadata', None) or {}))  # e.g. the sandbox's
     out.metadata['latency_s'] = time.monotonic() - t0
     return out
 

@@ -6,100 +6,14 @@
 from __future__ import annotations
 import asyncio, atexit, itertools, json, os, socket, subprocess, sys, threading
 from fastcore.basics import patch
-from .cage import CAGE_SRC
+from pathlib import Path
+from . import cage_server
 
 # %% auto #0
-__all__ = ['ForkServer', 'fork_server', 'run_call']
+__all__ = ['SERVER_PATH', 'ForkServer', 'fork_server', 'run_call']
 
-# %% ../../nbs/01_tools/05_forkserver.ipynb #7d3b36a0
-_SRC_LOOP = r'''
-def launch(req, ctl, state):
-    "A launcher (W), forked from the server ahead of its call: fresh namespaces, and R as their pid 1."
-    rep = {'backend': 'forkserver', 'template': bool(state['hidden']), 'hidden': state['hidden'],
-           'errors': list(state['errors'])}
-    try:
-        prctl(1, signal.SIGKILL)  # die with the server
-        close_except({ctl.fileno()})
-        rep.update(readonly_fs=bool(state['hidden']),
-                   uid=req['uid'] if ROOT or state['userns'] else os.geteuid())
-        if req['isolation'] != 'none':
-            enter_namespaces(req, rep, state['userns'])
-            rep['nproc_per_call'] = bool(rep.get('userns'))
-            if ROOT and not rep.get('userns'): rep['uid_drop'] = True
-        rep['reaper'] = bool(rep.get('pidns'))
-        pid = os.fork()
-        if pid == 0: reaper(req, rep, ctl)
-        ctl.close()
-        os.waitpid(pid, 0)  # R reports to the trainer itself; if R dies, so do the namespaces
-    except BaseException as e:  # answer the call with what went wrong
-        try:
-            msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 8)
-            os.write(fds[3], json.dumps({'setup_error': f'launcher: {e!r}', 'isolation': rep}).encode() + b'\n')
-        except (OSError, IndexError): pass
-    os._exit(0)
-
-WARMUP = """import math, os
-class A:
-    def f(self, x: int = 1, *a, **k) -> str: return f"{x!r:>4}" + str([i * i for i in range(3)])
-try: print(A().f(), end='', file=open(os.devnull, 'w'))
-except (ValueError, KeyError) as e: raise
-"""
-
-def serve(cfg, sock):
-    state = {'errors': [], 'hidden': []}
-    userns = cfg.get('userns', True)  # False: behave as on a machine without user namespaces
-    try:
-        if ROOT or userns: state['hidden'] = template(cfg)
-    except OSError as e: state['errors'].append(f'template: {e}')
-    state['userns'] = userns and probe(cfg)
-    for m in cfg['preload']:
-        try: __import__(m)
-        except ImportError: pass
-    exec(compile(WARMUP, '<warmup>', 'exec'), {})  # the first compile in a process costs ~2 ms
-    gc.collect(); gc.freeze()  # forked calls never touch (and copy) the server's old objects
-    sock.send(json.dumps({'pid': os.getpid(), 'root': ROOT, **state}).encode())
-    sel, calls, spares, pool_key = selectors.DefaultSelector(), {}, [], None
-    sel.register(sock, selectors.EVENT_READ)
-    def spare(req):  # a launcher whose namespaces get ready before its call comes
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        pid = os.fork()
-        if pid == 0: ours.close(); launch(req, theirs, state)
-        theirs.close()
-        sel.register(os.pidfd_open(pid), selectors.EVENT_READ, pid)
-        return pid, ours
-    while True:
-        for key, _ in sel.select():
-            if key.data is not None:  # a launcher ended
-                sel.unregister(key.fileobj); os.close(key.fd); os.waitpid(key.data, 0)
-                calls = {k: v for k, v in calls.items() if v != key.data}
-                for sp in [sp for sp in spares if sp[0] == key.data]: spares.remove(sp); sp[1].close()
-                continue
-            try: msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 8)
-            except OSError: msg, fds = b'', []
-            if not msg:  # the trainer is gone: so is every call
-                for pid in list(calls.values()) + [sp[0] for sp in spares]: os.kill(pid, signal.SIGKILL)
-                os._exit(0)
-            req = json.loads(msg)
-            if req['op'] == 'run':
-                k = json.dumps([req[f] for f in ('isolation', 'disk_mb', 'disk_inodes', 'uid', 'gid', 'want')])
-                if k != pool_key:  # spares are readied for one kind of call: the last one seen
-                    for sp in spares: sp[1].close()  # their reapers read EOF and exit
-                    spares, pool_key = [], k
-                try:
-                    pid, ctl = spares.pop(0) if spares else spare(req)
-                    socket.send_fds(ctl, [msg], fds); ctl.close()
-                    calls[req['id']] = pid
-                    while len(spares) < cfg.get('pool', 2): spares.append(spare(req))
-                except OSError as e:  # e.g. the user's process limit, without user namespaces
-                    if req['id'] not in calls:
-                        os.write(fds[3], json.dumps({'setup_error': f'server: {e}'}).encode() + b'\n')
-            elif req['op'] == 'kill' and req['id'] in calls:
-                os.kill(calls[req['id']], signal.SIGKILL)
-            for fd in fds: os.close(fd)
-
-serve(json.loads(sys.argv[1]), socket.socket(fileno=int(sys.argv[2])))
-'''
-_SERVER = CAGE_SRC + _SRC_LOOP
+# %% ../../nbs/01_tools/05_forkserver.ipynb #d12bea0e
+SERVER_PATH = Path(cage_server.__file__)  # run by path: `python -I SERVER_PATH setup fd`
 
 # %% ../../nbs/01_tools/05_forkserver.ipynb #3db7b069
 _ENV = {'PATH': '/usr/local/bin:/usr/bin:/bin', 'LANG': 'C.UTF-8', 'LC_ALL': 'C.UTF-8',
@@ -112,7 +26,8 @@ class ForkServer:
         self.python, self.setup = python, setup
         self.proc, self.sock, self.info, self.starts = None, None, {}, 0
         self._lock, self._ids, self._owner = threading.Lock(), itertools.count(), None
-    def __repr__(self): return f'ForkServer(pid={self.info.get("pid")}, userns={self.info.get("userns")})'
+    def __repr__(self):
+        return f'ForkServer(pid={self.info.get("pid")}, userns={self.info.get("userns")})'
     @property
     def alive(self) -> bool:
         return (self._owner == os.getpid() and self.proc is not None and self.proc.poll() is None)
@@ -123,7 +38,7 @@ def start(self: ForkServer) -> None:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         self.proc = subprocess.Popen(
-            [self.python, '-I', '-c', _SERVER, json.dumps(self.setup), str(theirs.fileno())],
+            [self.python, '-I', str(SERVER_PATH), json.dumps(self.setup), str(theirs.fileno())],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             cwd='/', env=_ENV, start_new_session=True)
     finally: theirs.close()
@@ -172,7 +87,7 @@ def _close_servers():
 
 # %% ../../nbs/01_tools/05_forkserver.ipynb #36ef0bb6
 def _drain(fd: int, cap: int, line: bool = False) -> asyncio.Future:
-    "Read a pipe to EOF (or, with `line`, its first line) keeping the first and last cap // 2 bytes."
+    "Read a pipe to EOF (or, with `line`, its first line), keeping the first and last cap // 2."
     loop = asyncio.get_running_loop()
     fut, head, tail, total, keep = loop.create_future(), bytearray(), bytearray(), 0, cap - cap // 2
     def on_read():
@@ -208,8 +123,8 @@ async def _write_all(fd: int, data: bytes) -> None:
 
 # %% ../../nbs/01_tools/05_forkserver.ipynb #6a664975
 async def run_call(server: ForkServer, code: str, req: dict, workdir_fd: int | None,
-                   cap: int) -> dict:
-    "One call through `server`: returns the launcher's report with stdout/stderr added."
+                   cap: int, private: dict | None = None) -> dict:
+    "One call through `server` (`private`, e.g. its env, goes with the code): report, output."
     pipes = [os.pipe() for _ in range(4)]  # code, stdout, stderr, status
     ours = [pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0]]
     theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]]
@@ -221,13 +136,14 @@ async def run_call(server: ForkServer, code: str, req: dict, workdir_fd: int | N
         for fd in ours + theirs: os.close(fd)
         raise
     for fd in theirs: os.close(fd)
-    data = code.encode('utf-8', 'replace')
+    data = json.dumps(private or {}).encode() + b'\n' + code.encode('utf-8', 'replace')
     os.set_blocking(ours[0], False)
     try: n = os.write(ours[0], data) if data else 0
     except OSError: n = len(data)
     if n == len(data): os.close(ours[0]); writer = None
     else: writer = asyncio.ensure_future(_write_all(ours[0], data[n:]))
-    out, err, status = _drain(ours[1], cap), _drain(ours[2], cap), _drain(ours[3], 1 << 20, line=True)
+    out, err = _drain(ours[1], cap), _drain(ours[2], cap)
+    status = _drain(ours[3], 1 << 20, line=True)
     try:
         st = await asyncio.wait_for(asyncio.shield(status), req['timeout'] + 15)
         out, err = await asyncio.wait_for(asyncio.gather(out, err), 10)
