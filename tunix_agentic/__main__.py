@@ -6,7 +6,6 @@
 __all__ = []
 
 # %% ../nbs/10_app/03_main.ipynb #eb953b19
-#| eval: false
 from .app.cli import main
 
-if __name__ == '__main__': raise SystemExit(main())
+if __name__ == '__main__' and 'get_ipython' not in globals(): raise SystemExit(main())

@@ -4,6 +4,7 @@
 
 # %% ../../nbs/00_core/01_registry.ipynb #b6b80e6f
 from __future__ import annotations
+import sys, types
 from typing import Any
 
 # %% auto #0
@@ -14,9 +15,29 @@ class UnknownName(KeyError, ValueError):
     "A registry has no entry of that name; the message names it and the known ones."
     def __str__(self) -> str: return str(self.args[0]) if self.args else ''
 
+# %% ../../nbs/00_core/01_registry.ipynb #740baad0
+_HOLDER = '_tunix_agentic_registries'  # a module without a file: autoreload never reloads it
+
+def _live_registries() -> dict[tuple[str, str], dict]:
+    "The module-level registries by (module, what), held where a module reload does not reach."
+    holder = sys.modules.get(_HOLDER)
+    if holder is None:
+        holder = sys.modules[_HOLDER] = types.ModuleType(_HOLDER, 'registries kept over reloads')
+        holder.table = {}
+    return holder.table
+
 # %% ../../nbs/00_core/01_registry.ipynb #1540ca65
 class Registry(dict):
     "`{name: entry}` whose lookup of a missing name raises `UnknownName` with the known names."
+    def __new__(cls, what: str = '', entries: Any = ()):
+        caller = sys._getframe(1)  # a module's top-level code: the registry its last run made
+        owner = caller.f_globals.get('__name__', '')
+        if caller.f_code.co_name != '<module>' or owner in ('', '__main__'):
+            return super().__new__(cls)
+        reg = _live_registries().get((owner, what))
+        if reg is None: reg = _live_registries()[(owner, what)] = super().__new__(cls)
+        elif type(reg) is not cls: reg.__class__ = cls  # this module was reloaded too
+        return reg
     def __init__(self, what: str, # what an entry is, in messages: 'reward', 'tool parser'
                  entries: Any = (), # initial entries: a mapping or (name, entry) pairs
                 ):

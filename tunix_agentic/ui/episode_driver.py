@@ -4,7 +4,7 @@
 
 # %% ../../nbs/08_ui/02_episode_driver.ipynb #7fd0fa54
 from __future__ import annotations
-import asyncio, copy, logging, threading
+import asyncio, copy, logging, sys, threading, time, types
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +15,7 @@ from ..rollout.episode import Episode, derive_seed, publish
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['run_async', 'EpisodeDriver']
+__all__ = ['run_async', 'EpisodeDriver', 'CompileClock', 'compile_clock', 'within']
 
 # %% ../../nbs/08_ui/02_episode_driver.ipynb #dd1bce5e
 _LOOP: asyncio.AbstractEventLoop | None = None
@@ -23,12 +23,17 @@ _LOOP_LOCK = threading.Lock()
 _LOOP_THREAD = 'tunix-widgets-loop'
 
 def _background_loop() -> asyncio.AbstractEventLoop:
-    "The widgets' private event loop, started once in a daemon thread."
+    "The widgets' private event loop, started once per process in a daemon thread."
     global _LOOP
     with _LOOP_LOCK:
+        if _LOOP is None or _LOOP.is_closed():  # also after a reload emptied this module
+            _LOOP = next((t.loop for t in threading.enumerate() if t.name == _LOOP_THREAD
+                          and hasattr(t, 'loop') and not t.loop.is_closed()), None)
         if _LOOP is None or _LOOP.is_closed():
             _LOOP = asyncio.new_event_loop()
-            threading.Thread(target=_LOOP.run_forever, name=_LOOP_THREAD, daemon=True).start()
+            thread = threading.Thread(target=_LOOP.run_forever, name=_LOOP_THREAD, daemon=True)
+            thread.loop = _LOOP  # found again by a reloaded copy of this module
+            thread.start()
         return _LOOP
 
 def run_async(coro, timeout: float | None = 300.0) -> Any:
@@ -40,6 +45,7 @@ def run_async(coro, timeout: float | None = 300.0) -> Any:
     fut = asyncio.run_coroutine_threadsafe(coro, loop)
     try: return fut.result(timeout)
     except TimeoutError:
+        if fut.done(): raise  # the coroutine's own TimeoutError, not ours
         fut.cancel()  # do not leave it running on the loop
         raise TimeoutError(f'run_async: not finished after {timeout} s; cancelled') from None
 
@@ -50,7 +56,7 @@ class EpisodeDriver:
                  engine: Any = None, # a `rollout.BaseEngine`; None: only typed turns
                  config: Any = None, # a `collector.CollectConfig` (budgets, sampling, seeds)
                  agent_fn: Callable[[dict], Any] | None = None, # task -> agent (`ToolAgent()`)
-                 final_reward_fn: Callable | None = None, # the collector's (task, Trajectory) -> reward
+                 final_reward_fn: Callable | None = None, # the collector's (task, traj) -> reward
                 ):
         from tunix_agentic.rollout.collector import CollectConfig
         from tunix_agentic.envs.agents import ToolAgent
@@ -125,6 +131,56 @@ async def _turn(self: EpisodeDriver, text: str | None, replay: tuple | None):
     self.turns.append((out, source))
     await ep.advance(out, source)
 
+# %% ../../nbs/08_ui/02_episode_driver.ipynb #a6dfe323
+_COMPILE_EVENTS = ('/jax/core/compile/jaxpr_trace_duration',
+                   '/jax/core/compile/jaxpr_to_mlir_module_duration',
+                   '/jax/core/compile/backend_compile_duration')
+
+class CompileClock:
+    "Seconds JAX has spent tracing and compiling in this process (a compile under way included)."
+    def __init__(self):
+        import jax.monitoring
+        self._lock, self._done, self._open = threading.Lock(), 0.0, {}  # thread -> (depth, t0)
+        jax.monitoring.register_scalar_listener(self._started)  # sent when a compile starts
+        jax.monitoring.register_event_duration_secs_listener(self._ended)
+    def _started(self, event: str, value: float, **kw):
+        if event not in _COMPILE_EVENTS: return
+        with self._lock:
+            depth, t0 = self._open.get(threading.get_ident(), (0, time.monotonic()))
+            self._open[threading.get_ident()] = (depth + 1, t0)
+    def _ended(self, event: str, duration: float, **kw):
+        if event not in _COMPILE_EVENTS: return
+        with self._lock:
+            depth, t0 = self._open.pop(threading.get_ident(), (1, time.monotonic() - duration))
+            if depth > 1: self._open[threading.get_ident()] = (depth - 1, t0)
+            else: self._done += time.monotonic() - t0
+    def seconds(self) -> float:
+        now = time.monotonic()
+        with self._lock: return self._done + sum(now - t0 for _, t0 in self._open.values())
+
+def compile_clock() -> CompileClock:
+    "The process's one `CompileClock` (kept outside this module, so a reload does not add one)."
+    holder = sys.modules.setdefault('_tunix_agentic_compile_clock',
+                                    types.ModuleType('_tunix_agentic_compile_clock'))
+    if not hasattr(holder, 'clock'): holder.clock = CompileClock()
+    return holder.clock
+
+# %% ../../nbs/08_ui/02_episode_driver.ipynb #dea504c2
+async def within(coro, limit: float) -> Any:
+    "Await `coro`; `TimeoutError` once it has run `limit` s, not counting JAX's compile time."
+    clock, task = compile_clock(), asyncio.ensure_future(coro)
+    t0, c0 = time.monotonic(), clock.seconds()
+    try:
+        while True:
+            left = limit - (time.monotonic() - t0) + (clock.seconds() - c0)
+            if left <= 0: raise TimeoutError(f'took longer than {limit:g} s')
+            done, _ = await asyncio.wait({task}, timeout=min(left, 0.5))
+            if done: return task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
 # %% ../../nbs/08_ui/02_episode_driver.ipynb #3218c411
 @patch
 async def step(self: EpisodeDriver, text: str | None = None, # a typed assistant turn; None: sample
@@ -136,8 +192,7 @@ async def step(self: EpisodeDriver, text: str | None = None, # a typed assistant
     if text is None and _replay is None and self.engine is None:
         raise ValueError('this driver has no engine: type the assistant turn (text=...)')
     n, limit = self.turn, self.config.episode_timeout_s
-    try:
-        async with asyncio.timeout(limit): await self._turn(text, _replay)
+    try: await within(self._turn(text, _replay), limit)  # JAX compile time not counted
     except TimeoutError: self._fail(n, 'timeout', f'the turn took longer than {limit:g} s')
     except Exception as e:
         _log.warning('stepper turn failed: %r', e, exc_info=True)

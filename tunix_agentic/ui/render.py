@@ -11,8 +11,8 @@ from typing import Any
 from ..core.trajectory import Action, Step, ToolCall, Trajectory, TrajectoryStatus
 
 # %% auto #0
-__all__ = ['MASK_COLORS', 'esc', 'status_badge', 'render_message', 'render_chat', 'render_tokens', 'flatten_metrics',
-           'render_trajectory', 'Shows']
+__all__ = ['MASK_COLORS', 'TYPED_COLOR', 'esc', 'status_badge', 'render_message', 'render_chat', 'contrast_ratio',
+           'render_tokens', 'flatten_metrics', 'typed_flags', 'render_trajectory', 'Shows']
 
 # %% ../../nbs/08_ui/00_render.ipynb #01a169ec
 def esc(x: Any) -> str:
@@ -98,7 +98,14 @@ def render_chat(messages: Sequence[Mapping], # OpenAI-style chat messages
     return f'<div class="ta-chat">{"".join(out)}</div>'
 
 # %% ../../nbs/08_ui/00_render.ipynb #e9df178e
-MASK_COLORS = {1: '#c8e6c9', 0: '#e0e0e0'}  # response_mask value -> background
+MASK_COLORS = {1: '#1565c0', 0: '#eeeeee'}  # response_mask value -> background
+TYPED_COLOR = '#bf360c'  # background of mask-1 tokens a person typed
+_TOKEN_STYLES = {  # never colour alone: weight, underline and italics tell the kinds apart too
+    'sampled': f'background:{MASK_COLORS[1]};color:#fff;font-weight:bold;text-decoration:underline',
+    'typed': f'background:{TYPED_COLOR};color:#fff;font-style:italic;'
+             'text-decoration:underline dashed',
+    'prompt': f'background:{MASK_COLORS[0]};color:#333',
+    'bad': 'background:#ffcdd2;color:#b71c1c;text-decoration:line-through'}  # mask not 0/1
 
 def _token_texts(ids: Sequence[int], tokenizer: Any = None) -> list[str]:
     if tokenizer is None: return [f'[{i}]' for i in ids]
@@ -112,51 +119,88 @@ def _shown(t: str) -> str:
     "Visible form of a token: newlines as ↵ (then a real line break), tabs as →."
     return esc(t).replace('\t', '&#8594;').replace('\n', '&#8629;\n') if t else '&#8709;'
 
+# %% ../../nbs/08_ui/00_render.ipynb #45cbaac5
+def contrast_ratio(a: str, # a colour as `#rrggbb`
+                   b: str) -> float:
+    "WCAG 2 contrast ratio of two `#rrggbb` colours, from 1 (same lightness) to 21."
+    def lum(c: str) -> float:
+        rgb = [int(c.lstrip('#')[i:i + 2], 16) / 255 for i in (0, 2, 4)]
+        r, g, b = [x / 12.92 if x <= 0.04045 else ((x + 0.055) / 1.055) ** 2.4 for x in rgb]
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+    hi, lo = sorted((lum(a), lum(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
 # %% ../../nbs/08_ui/00_render.ipynb #3d0de9c7
+def _token_kind(mask: int, typed: int) -> str:
+    return {0: 'prompt', 1: 'typed' if typed else 'sampled'}.get(mask, 'bad')
+
+def _legend(n: int, counts: dict[str, int]) -> str:
+    names = {'sampled': 'sampled by the model (mask 1)', 'typed': 'typed by a person (mask 1)',
+             'prompt': 'prompt, tool output, template (mask 0)', 'bad': 'mask not 0 or 1'}
+    keys = [k for k in names if counts.get(k) or k in ('sampled', 'prompt')]
+    return (f'<div style="font-size:85%;margin-bottom:2px">{n} tokens: ' + ' '.join(
+        f'<span style="{_TOKEN_STYLES[k]}">&nbsp;{counts.get(k, 0)} {names[k]}&nbsp;</span>'
+        for k in keys) + '</div>')
+
 def render_tokens(input_ids: Sequence[int], # token ids of the episode
-                  response_mask: Sequence[int], # 1 = sampled by the model, 0 = prompt/tool/template
+                  response_mask: Sequence[int], # 1 = the assistant's (sampled or typed), 0 = not
                   logprobs: Sequence[float] | None = None, # sampled logprobs (0.0 where mask is 0)
                   tokenizer: Any = None, # decodes single ids for display; ids shown when None
                   max_tokens: int = 4096, # longer strips are cut with a note
+                  typed: Sequence[int] | None = None, # 1 where a person typed the token
                  ) -> str:
-    "The token strip: one `<span>` per token, coloured by mask, hover shows id, text and logprob."
+    "The token strip: one `<span>` per token, styled by mask, hover shows id, text and logprob."
     n = len(input_ids)
-    if len(response_mask) != n or (logprobs is not None and len(logprobs) != n):
-        raise ValueError(f'input_ids, response_mask and logprobs must have equal lengths, got {n}, '
-                         f'{len(response_mask)}, {None if logprobs is None else len(logprobs)}')
+    typed = list(typed) if typed is not None else [0] * n
+    if len(response_mask) != n or (logprobs is not None and len(logprobs) != n) or len(typed) != n:
+        raise ValueError(f'input_ids, response_mask, logprobs and typed must have equal lengths, '
+                         f'got {n}, {len(response_mask)}, '
+                         f'{None if logprobs is None else len(logprobs)}, {len(typed)}')
     ids = list(input_ids)[:max_tokens]
     texts, spans = _token_texts(ids, tokenizer), []
     for j, (i, t) in enumerate(zip(ids, texts)):
-        m = int(response_mask[j])
+        m, kind = int(response_mask[j]), _token_kind(int(response_mask[j]), typed[j])
         title = f'#{j} id={i} mask={m} text={t!r}'
         if logprobs is not None: title += f' logprob={float(logprobs[j]):.4f}'
-        spans.append(f'<span class="ta-tok ta-mask{m}" title="{esc(title)}" style="background:'
-                     f'{MASK_COLORS.get(m, "#ffcdd2")};border-right:1px solid #fff">'
-                     f'{_shown(t)}</span>')
+        if kind == 'typed': title += ' typed by a person'
+        cls = f'ta-tok ta-mask{m}' + (' ta-typed' if kind == 'typed' else '')
+        spans.append(f'<span class="{cls}" title="{esc(title)}" style="{_TOKEN_STYLES[kind]};'
+                     f'border-right:1px solid #fff">{_shown(t)}</span>')
     more = (f'<div style="color:#757575">&#8230; {n - max_tokens} more tokens not shown</div>'
             if n > max_tokens else '')
-    n1 = int(sum(int(x) for x in response_mask))
-    legend = (f'<div style="font-size:85%;margin-bottom:2px">{n} tokens: '
-              f'<span style="background:{MASK_COLORS[1]}">&nbsp;{n1} sampled (mask 1)&nbsp;</span> '
-              f'<span style="background:{MASK_COLORS[0]}">&nbsp;{n - n1} prompt/tool (mask 0)'
-              f'&nbsp;</span></div>')
-    return (f'<div class="ta-tokens">{legend}<div style="{_PRE};line-height:1.6">'
+    counts: dict[str, int] = {}
+    for m, ty in zip(response_mask, typed):
+        kind = _token_kind(int(m), ty); counts[kind] = counts.get(kind, 0) + 1
+    return (f'<div class="ta-tokens">{_legend(n, counts)}<div style="{_PRE};line-height:1.6">'
             f'{"".join(spans)}</div>{more}</div>')
 
 # %% ../../nbs/08_ui/00_render.ipynb #d5d2b054
 def flatten_metrics(d: Mapping, prefix: str = '') -> dict[str, Any]:
+    "`{'a': {'b': 1}}` -> `{'a/b': 1}`: nested metric dicts as one level of `/`-joined keys."
     out = {}
     for k, v in d.items():
         if isinstance(v, Mapping): out.update(flatten_metrics(v, f'{prefix}{k}/'))
         else: out[f'{prefix}{k}'] = v
     return out
 
-def _metrics_table(metrics: Mapping) -> str:
-    rows = [(k, v) for k, v in flatten_metrics(metrics).items() if isinstance(v, (int, float, str, bool))]
+def _metrics_html(metrics: Mapping) -> str:
+    "Scalar metrics as wrapped `name value` pairs (21 of them take about three lines)."
+    rows = [(k, v) for k, v in flatten_metrics(metrics).items()
+            if isinstance(v, (int, float, str, bool))]
     if not rows: return ''
-    cells = ''.join(f'<tr><td style="padding:0 6px">{esc(k)}</td><td style="padding:0 6px">'
-                    f'{esc(f"{v:.4g}" if isinstance(v, float) else v)}</td></tr>' for k, v in rows)
-    return f'<table class="ta-metrics" style="font-size:85%">{cells}</table>'
+    cells = ''.join(f'<span style="white-space:nowrap"><span style="color:#546e7a">{esc(k)}</span>'
+                    f' {esc(f"{v:.4g}" if isinstance(v, float) else v)}</span>' for k, v in rows)
+    return (f'<div class="ta-metrics" style="display:flex;flex-wrap:wrap;gap:0 14px;'
+            f'font-size:85%;margin:3px 0">{cells}</div>')
+
+def typed_flags(traj: Trajectory) -> list[int]:
+    "1 for each token a person typed: the k-th run of mask-1 tokens is the k-th step's turn."
+    human = [s.info.get('source') == 'human' for s in traj.steps]
+    out, k, prev = [], -1, 0
+    for m in traj.response_mask:
+        if m and not prev: k += 1
+        out.append(int(bool(m) and 0 <= k < len(human) and human[k])); prev = m
+    return out
 
 # %% ../../nbs/08_ui/00_render.ipynb #0bf2bf53
 def render_trajectory(traj: Trajectory | Mapping, # a Trajectory or its `to_dict()`
@@ -164,7 +208,7 @@ def render_trajectory(traj: Trajectory | Mapping, # a Trajectory or its `to_dict
                       show_tokens: bool = True, # include the token strip
                       max_tokens: int = 4096, # cut the strip after this many tokens
                      ) -> str:
-    "HTML for one episode: header (status, reward, ids, metrics), chat, and token strip."
+    "HTML for one episode: header (status, reward, ids), chat, metrics, and token strip."
     t = traj if isinstance(traj, Trajectory) else Trajectory.from_dict(dict(traj))
     info = [f'reward <b>{t.reward:g}</b>', f'{t.num_turns} turns',
             f'{t.num_response_tokens}/{len(t.input_ids)} sampled tokens']
@@ -178,11 +222,12 @@ def render_trajectory(traj: Trajectory | Mapping, # a Trajectory or its `to_dict
         task_json = json.dumps(task, ensure_ascii=False, indent=1, default=str)
         head += (f'<details><summary style="font-size:85%">task</summary>'
                  f'<pre style="{_PRE}">{esc(task_json)}</pre></details>')
-    head += _metrics_table(t.metrics)
     toks = ''
     if show_tokens and t.input_ids:
-        toks = render_tokens(t.input_ids, t.response_mask, t.logprobs, tokenizer, max_tokens)
-    return f'<div class="ta-traj">{head}{render_chat(t.messages, t.steps)}{toks}</div>'
+        toks = render_tokens(t.input_ids, t.response_mask, t.logprobs, tokenizer, max_tokens,
+                             typed=typed_flags(t))
+    chat, metrics = render_chat(t.messages, t.steps), _metrics_html(t.metrics)
+    return f'<div class="ta-traj">{head}{chat}{metrics}{toks}</div>'
 
 # %% ../../nbs/08_ui/00_render.ipynb #86aef5ac
 class Shows:

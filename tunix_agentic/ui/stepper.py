@@ -11,7 +11,7 @@ from typing import Any
 import ipywidgets as W
 from fastcore.basics import patch
 from ..core.trajectory import Trajectory, TrajectoryStatus
-from .render import Shows, esc, render_chat, render_tokens, status_badge
+from .render import Shows, esc, render_chat, render_tokens, status_badge, typed_flags
 from .episode_driver import EpisodeDriver, run_async
 
 _log = logging.getLogger(__name__)
@@ -178,4 +178,4 @@ def _redraw(self: EpisodeStepper):
                              f'<div style="font-size:85%;color:#546e7a">states: {path}</div></div>')
     self.chat_html.value = render_chat(t.messages, t.steps)
     self.tokens_html.value = render_tokens(t.input_ids, t.response_mask, t.logprobs, self.tokenizer,
-                                           self.max_tokens)
+                                           self.max_tokens, typed=typed_flags(t))

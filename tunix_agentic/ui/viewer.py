@@ -18,7 +18,8 @@ from .render import Shows, flatten_metrics, esc, render_trajectory
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['load_dump_dir', 'DumpFolder', 'step_metrics', 'dump_metrics', 'plot_metrics', 'DumpViewer']
+__all__ = ['load_dump_dir', 'DumpFolder', 'step_metrics', 'dump_metrics', 'default_panels', 'integer_step_axis', 'plot_metrics',
+           'DumpViewer']
 
 # %% ../../nbs/08_ui/01_viewer.ipynb #add945ab
 def _read_lenient(path: Path) -> list[Trajectory]:
@@ -128,42 +129,67 @@ def dump_metrics(dumps: Mapping[int, Sequence[Trajectory]] | DumpFolder | str | 
     else: rows = {s: step_metrics(ts) for s, ts in dumps.items()}
     return _fill_shares(rows)
 
-# %% ../../nbs/08_ui/01_viewer.ipynb #6473e551
-_DEFAULT_KEYS = ('reward/mean', 'status/done', 'turns/mean', 'tokens/response')
+# %% ../../nbs/08_ui/01_viewer.ipynb #31ea2bc5
+_PANELS = {  # title -> candidate keys; a panel draws all of its keys that the rows have
+    'reward/mean': ('reward/mean',),
+    'success': ('success', 'reward/success', 'status/done'),  # the first present only
+    'tool calls and errors': ('metrics/tool_calls', 'metrics/tool_errors', 'metrics/parse_errors'),
+    'tokens per episode': ('tokens/response', 'tokens/total')}
 
+def default_panels(have: set[str], # the metric keys the rows have
+                  ) -> list[str | tuple[str, ...]]:
+    "Reward, success, tool calls and errors, length: the panels a run is first looked at for."
+    out = []
+    for title, keys in _PANELS.items():
+        keys = [k for k in keys if k in have][:1 if title == 'success' else None]
+        if keys: out.append(keys[0] if len(keys) == 1 else tuple(keys))
+    return out
+
+# %% ../../nbs/08_ui/01_viewer.ipynb #ca85c8d9
+def integer_step_axis(ax, # a matplotlib Axes whose x axis is the training step
+                      steps: Sequence[int]): # the steps drawn
+    "Integer ticks on a step axis; a range under two steps is padded to half a step each side."
+    from matplotlib.ticker import MaxNLocator
+    if steps and max(steps) - min(steps) < 2: ax.set_xlim(min(steps) - 0.5, max(steps) + 0.5)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+
+# %% ../../nbs/08_ui/01_viewer.ipynb #6473e551
 def _png(fig) -> bytes:
     buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=80); return buf.getvalue()
 
 def plot_metrics(source: Mapping | DumpFolder | str | Path, # folder, `{step: episodes}` or rows
-                 keys: Sequence[str] | None = None, # panels; default: reward, done share, turns,
-                                                    # tokens, then up to 4 episode metrics
+                 keys: Sequence[str | tuple[str, ...]] | None = None, # panels (a tuple: curves
+                                             # drawn together); default: `default_panels`
                  ncols: int = 2, # panels per row
                  width: float = 10.0, # figure width in inches
                 ) -> 'matplotlib.figure.Figure':
     "Curves of metrics over training steps from rollout dumps; returns the Figure."
     from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
     if isinstance(source, (str, Path, DumpFolder)): rows = dump_metrics(source)
     elif all(isinstance(r, Mapping) for r in source.values()): rows = _fill_shares(dict(source))
     else: rows = dump_metrics(source)
     have = {k for r in rows.values() for k in r}
-    if keys is None:
-        keys = [k for k in _DEFAULT_KEYS if k in have]
-        keys += sorted(k for k in have if k.startswith('metrics/'))[:4]
-    missing = [k for k in keys if k not in have]
+    panels = [(p,) if isinstance(p, str) else tuple(p)
+              for p in (default_panels(have) if keys is None else keys)]
+    missing = [k for p in panels for k in p if k not in have]
     if rows and missing:
         raise KeyError(f'metrics {missing} not in the dumps; known: {sorted(have)}')
-    nrows = max(1, math.ceil(len(keys) / ncols))
+    nrows = max(1, math.ceil(len(panels) / ncols))
     fig = Figure(figsize=(width, 2.6 * nrows), layout='constrained')
     steps = list(rows)
-    for j, k in enumerate(keys):
+    for j, panel in enumerate(panels):
         ax = fig.add_subplot(nrows, ncols, j + 1)
-        ax.plot(steps, [rows[s].get(k, math.nan) for s in steps], marker='o', ms=3, label=k)
-        if k == 'reward/mean':
+        for k in panel:
+            ax.plot(steps, [rows[s].get(k, math.nan) for s in steps], marker='o', ms=3,
+                    label=k.removeprefix('metrics/'))
+        if panel == ('reward/mean',):
             ax.fill_between(steps, [rows[s]['reward/min'] for s in steps],
                             [rows[s]['reward/max'] for s in steps], alpha=0.2, label='min-max')
-        ax.set_title(k, fontsize=10); ax.set_xlabel('training step'); ax.grid(alpha=0.3)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        title = panel[0] if len(panel) == 1 else next(
+            (t for t, ks in _PANELS.items() if set(panel) <= set(ks)), ' & '.join(panel))
+        ax.set_title(title, fontsize=10); ax.set_xlabel('training step'); ax.grid(alpha=0.3)
+        if len(panel) > 1: ax.legend(fontsize=8)
+        integer_step_axis(ax, steps)
     if not rows: fig.text(0.5, 0.5, 'no dumps yet', ha='center')
     fig._repr_png_ = lambda: _png(fig)  # a Figure made without pyplot has no picture form
     return fig
@@ -253,7 +279,7 @@ def _grow_filters(self: DumpViewer, eps: list[Trajectory]):
         self._rlo, self._rhi = lo, hi
         old = tuple(f.value)
         f.min, f.max = -1e18, 1e18  # no clamping while moving
-        f.max, f.min = (hi if hi > lo else lo + 1), lo
+        f.max, f.min = max(hi, 1.0), min(lo, 0.0)  # at least the usual 0..1
         f.step = max((f.max - f.min) / 100, 1e-6)
         f.value = (f.min, f.max) if full else (max(old[0], f.min), min(old[1], f.max))
     _grow(self.status_filter, {t.status.value for t in eps})
