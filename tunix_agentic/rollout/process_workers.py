@@ -217,7 +217,7 @@ def call(self: ProcessCollector, fn: Callable[[TrajectoryCollector], Any]) -> li
 
 # %% ../../nbs/06_rollout/04_process_workers.ipynb #56fd936e
 @patch
-def close(self: ProcessCollector, timeout_s: float = 10.0):
+def close(self: ProcessCollector, timeout_s: float = 60.0): # JAX teardown is slow on a loaded box
     "Stop the workers: ask, then terminate the ones that did not end in `timeout_s`."
     for w in self.workers:
         with w.lock:
