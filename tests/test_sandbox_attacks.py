@@ -5,14 +5,15 @@ Runs as whoever runs pytest; `test_attacks_as_unprivileged_user` (root only) run
 as a throwaway unprivileged user made with `useradd`, so CI covers both privilege levels. Attacks
 whose defence needs something this machine lacks (user namespaces, ...) skip and say what.
 """
-import asyncio, dataclasses, os, pwd, shutil, socket, stat, subprocess, sys, tempfile, time, uuid
+import asyncio, ctypes, dataclasses, os, pwd, shutil, socket, stat, subprocess, sys, tempfile, time, uuid
 
 import pytest
 
 from tunix_agentic.tools.sandbox import LocalSandbox, SandboxConfig
 
 CFG = SandboxConfig.tiny(timeout_s=10.0, memory_mb=256, max_output_bytes=8192, disk_mb=32)
-WHO = 'root' if os.geteuid() == 0 else 'unprivileged'
+DOCKER = bool(os.environ.get('TUNIX_SBX_DOCKER'))  # set by test_attacks_under_docker_profile
+WHO = ('root' if os.geteuid() == 0 else 'unprivileged') + (' docker-like' if DOCKER else '')
 
 
 def run(coro):
@@ -22,8 +23,8 @@ def run(coro):
 @pytest.fixture(scope='module', params=[True, False], ids=['userns', 'no_userns'])
 def sbx(request):
     "The sandbox, with user namespaces and as on a machine without them (weaker isolation accepted)."
-    if request.param: return LocalSandbox(CFG)
-    return LocalSandbox(dataclasses.replace(CFG, userns=False, isolation='best_effort'))
+    if request.param and not DOCKER: return LocalSandbox(CFG)  # docker-like: the default refuses
+    return LocalSandbox(dataclasses.replace(CFG, userns=request.param, isolation='best_effort'))
 
 
 @pytest.fixture(scope='module')
@@ -356,7 +357,7 @@ def _kill_uid(uid):
 
 @pytest.mark.timeout(300)
 def test_attacks_as_unprivileged_user():
-    if os.environ.get('TUNIX_SBX_UNPRIV'): pytest.skip('already the unprivileged run')
+    if os.environ.get('TUNIX_SBX_UNPRIV') or DOCKER: pytest.skip('already a nested run')
     if os.geteuid() != 0: pytest.skip('needs root to create a throwaway user; this run already is one')
     tools = [shutil.which(t) for t in ('useradd', 'userdel', 'runuser', 'unshare')]
     if not all(tools): pytest.skip(f'needs useradd, userdel, runuser and unshare, found {tools}')
@@ -385,8 +386,9 @@ def test_attacks_as_unprivileged_user():
         print(p.stdout[-4000:], p.stderr[-2000:])
         assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
         skips = [l for l in p.stdout.splitlines() if l.startswith('SKIPPED')]
-        # with user namespaces nothing may be missing; without them, skips say what is missing
-        assert all('userns=False' in l or 'already the unprivileged run' in l for l in skips), skips
+        # with user namespaces nothing but a cgroup (none is delegated to a normal user) may be
+        # missing; without them, skips say what is missing
+        assert all('userns=False' in l or 'nested run' in l or "no ['cgroup']" in l for l in skips), skips
         uid, t0 = pwd.getpwnam(user).pw_uid, time.monotonic()
         while _pids_of(uid) and time.monotonic() - t0 < 10: time.sleep(0.1)  # exits take a moment
         assert _kill_uid(uid) == 0, 'processes of the unprivileged run survived'
@@ -395,3 +397,237 @@ def test_attacks_as_unprivileged_user():
         left = _kill_uid(pwd.getpwnam(user).pw_uid)
         subprocess.run(['userdel', user], capture_output=True)
         shutil.rmtree(visible, ignore_errors=True); shutil.rmtree(home, ignore_errors=True)
+
+
+# ---- issue 26: least privilege by allowlist, memory per call, no silent fallback -----------------
+NR = {'x86_64': dict(keyctl=250, add_key=248), 'aarch64': dict(keyctl=219, add_key=217)}.get(os.uname().machine)
+
+
+@pytest.mark.timeout(60)
+def test_default_refuses_without_isolation():
+    "No silent fallback: without network/PID/mount isolation the default refuses, naming the setting."
+    sbx = LocalSandbox(dataclasses.replace(CFG, userns=False))
+    r = run(sbx.run('print(1)'))
+    gaps = [k for k in ('mountns', 'netns', 'pidns', 'fs_view', 'private_tmp', 'own_proc')
+            if k in r.isolation.get('missing', [])]
+    if not gaps:
+        assert (r.status, r.stdout) == ('ok', '1\n'), r
+        return
+    assert r.status == 'sandbox_error' and r.stdout == '', r
+    assert "isolation='best_effort'" in r.message and all(g in r.message for g in gaps), r.message
+
+
+@pytest.mark.timeout(60)
+def test_keyring(sbx, iso):
+    "The trainer's session keyring: not readable, nothing planted in it, its key not revoked."
+    needs(iso, 'seccomp')
+    if NR is None: pytest.skip(f'no syscall numbers for {os.uname().machine}')
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(NR['keyctl'], 1, b'tunix_test_session') < 0:  # JOIN_SESSION_KEYRING
+        pytest.skip(f'no keyrings here: errno {ctypes.get_errno()}')
+    secret = b'hf_KEYRING_' + uuid.uuid4().hex.encode()
+    kid = libc.syscall(NR['add_key'], b'user', b'hf_token', secret, len(secret), -3)
+    assert kid > 0, ctypes.get_errno()
+    fresh = LocalSandbox(dataclasses.replace(sbx.config, pool_size=1))  # a server started now
+    code = (f'import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nb = ctypes.create_string_buffer(256)\n'
+            f'for k in ({kid}, -3, -4, -5):\n'
+            f'    n = libc.syscall({NR["keyctl"]}, 11, k, b, 256); print("read", k, n, ctypes.get_errno(), b.raw[:max(n, 0)])\n'
+            f'print("add", libc.syscall({NR["add_key"]}, b"user", b"planted", b"x", 1, -3), ctypes.get_errno())\n'
+            f'print("revoke", libc.syscall({NR["keyctl"]}, 3, {kid}), ctypes.get_errno())\n'
+            'try: print(open("/proc/keys").read())\nexcept OSError as e: print("keys", e.errno)')
+    r = run(fresh.run(code))
+    assert r.status == 'ok', r
+    assert secret not in (r.stdout + r.stderr).encode(), r.stdout
+    b = ctypes.create_string_buffer(256)
+    n = libc.syscall(NR['keyctl'], 11, kid, b, 256)
+    assert b.raw[:n] == secret, 'the trainer lost its key'
+    assert libc.syscall(NR['keyctl'], 10, -3, b'user', b'planted', 0) < 0, 'a key was planted'
+
+
+@pytest.mark.timeout(60)
+def test_socket_families_allowlist(sbx, iso):
+    "Only INET, INET6 and NETLINK sockets; AF_VSOCK, AF_PACKET, AF_ALG, AF_UNIX refused."
+    needs(iso, 'seccomp')
+    code = ('import socket\nfor fam, kind in [(2, 1), (10, 1), (16, 3), (40, 1), (17, 3), (38, 5), (1, 1), (1, 2)]:\n'
+            '    try: socket.socket(fam, kind).close(); print("CREATED", fam)\n'
+            '    except OSError as e: print("refused", fam, e.errno)')
+    r = run(sbx.run(code))
+    assert r.status == 'ok', r
+    created = sorted(int(l.split()[1]) for l in r.stdout.splitlines() if l.startswith('CREATED'))
+    assert set(created) <= {2, 10, 16}, r.stdout  # 40 = AF_VSOCK
+    assert 'refused 40 13' in r.stdout, r.stdout
+    next_call_works(sbx)
+
+
+MEMORY_ATTACKS = {
+    'memfd': 'import os\nfds = []\nfor i in range(20):\n    fd = os.memfd_create("m"); os.write(fd, b"\\1" * (32 << 20)); fds.append(fd)\n'
+             '    print("held", 32 * (i + 1), flush=True)\n',
+    'sysv': 'import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\n'
+            'for i in range(20):\n    sid = libc.shmget(0, 32 << 20, 0o1600)\n    p = libc.shmat(sid, None, 0)\n'
+            '    ctypes.memset(p, 1, 32 << 20); libc.shmdt(ctypes.c_void_p(p))\n    print("held", 32 * (i + 1), flush=True)\n',
+    'fork_tree': 'import os, select, time\nr, w = os.pipe(); kids, wrote, dead = [], set(), set()\nfor i in range(8):\n'
+                 '    pid = os.fork()\n    if pid == 0:\n'
+                 '        b = bytearray(b"\\1") * (80 << 20); os.write(w, bytes([i])); time.sleep(30); os._exit(0)\n'
+                 '    kids.append(pid)\nwhile select.select([r], [], [], 3)[0]:\n    wrote.add(kids[os.read(r, 1)[0]])\n'
+                 '    dead |= {p for p in kids if p not in dead and os.waitpid(p, os.WNOHANG)[0]}\n'
+                 '    print("held", 80 * len(wrote - dead), flush=True)\n',
+    'tmpfs_and_memfd': 'import os\nn = 0\ntry:\n    with open("/dev/shm/f", "wb") as f:\n        for _ in range(64): f.write(b"\\1" * (1 << 20)); n += 1\n'
+                       'except OSError: pass\nprint("held", n, flush=True)\nfds = []\n'
+                       'for i in range(20):\n    fd = os.memfd_create("m"); os.write(fd, b"\\1" * (32 << 20)); fds.append(fd)\n'
+                       '    print("held", n + 32 * (i + 1), flush=True)\n',
+}
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize('kind', list(MEMORY_ATTACKS))
+def test_memory_bound_per_call(sbx, iso, kind):
+    "640 MiB through memfds, SysV segments, a fork tree or tmpfs + memfd: held <= the call's bound."
+    needs(iso, 'cgroup')
+    bound = CFG.memory_mb + CFG.disk_mb
+    r = run(sbx.run(MEMORY_ATTACKS[kind], timeout=20))
+    held = [int(l.split()[1]) for l in r.stdout.splitlines() if l.startswith('held')]
+    print(f'{WHO} {kind}: held at most {max(held or [0])} MiB of 640 tried, bound {bound} MiB, '
+          f'status {r.status} {r.message}')
+    assert r.status in ('killed', 'error') or kind == 'fork_tree', r  # there: children die
+    assert 0 < max(held) <= bound, r.stdout
+    next_call_works(sbx)
+
+
+@pytest.mark.timeout(60)
+def test_env_does_not_leak_across_configs(sbx, iso):
+    "One config's env never reaches a call of another config on the same fork server (memory incl.)."
+    secret = 'tunix_env_' + uuid.uuid4().hex
+    a = LocalSandbox(dataclasses.replace(sbx.config, env=(('TUNIX_SECRET', secret),)))
+    b = LocalSandbox(sbx.config)
+    assert a.server() is b.server()
+    assert run(a.run('import os; print(os.environ["TUNIX_SECRET"])')).stdout == secret + '\n'
+    r = run(b.run('import os; print("TUNIX_SECRET" in os.environ)'))
+    assert (r.status, r.stdout) == ('ok', 'False\n'), r
+    pid, found = a.server().proc.pid, []  # the server (every later call is forked from it)
+    with open(f'/proc/{pid}/maps') as m, open(f'/proc/{pid}/mem', 'rb') as mem:
+        for line in m:
+            lo, hi = (int(x, 16) for x in line.split()[0].split('-'))
+            if 'r' not in line.split()[1] or hi - lo > 1 << 28: continue
+            try: mem.seek(lo); found += [line] if secret.encode() in mem.read(hi - lo) else []
+            except OSError: pass
+    assert found == [], found
+
+
+@pytest.mark.timeout(60)
+def test_isolation_none_has_its_own_server(sbx, iso):
+    "An isolation='none' call runs on a server of its own: it cannot remount the shared view."
+    needs(iso, 'fs_view')
+    none = LocalSandbox(dataclasses.replace(sbx.config, isolation='none'))
+    assert none.server() is not sbx.server()
+    run(none.run('print(1)'))
+    tag = uuid.uuid4().hex
+    r = run(sbx.run(f'try: open("/usr/tunix_evil_{tag}", "w"); print("WROTE")\nexcept OSError as e: print(e.errno)'))
+    assert r.status == 'ok' and 'WROTE' not in r.stdout and not os.path.exists(f'/usr/tunix_evil_{tag}'), r
+
+
+@pytest.mark.timeout(90)
+def test_deep_directories(sbx, iso):
+    "1,500 nested dirs in a stateful scratch dir: the episode goes on, release removes the host dir."
+    from tunix_agentic.tools.sandbox import CodeInterpreterTool
+    tool = CodeInterpreterTool(sbx)
+    deep = ('import os\nfd = os.open(".", os.O_RDONLY)\nfor _ in range(1500):\n'
+            '    os.mkdir("d", dir_fd=fd); n = os.open("d", os.O_RDONLY, dir_fd=fd); os.close(fd); fd = n\n'
+            'print("made")')
+    async def go():
+        a = await tool.execute('ep', {'code': deep})
+        b = await tool.execute('ep', {'code': 'print(2)'})
+        wd = tool.instances['ep']['workdir']
+        await tool.release('ep')
+        return a, b, wd
+    a, b, wd = run(go())
+    assert a[0].startswith('made') and b[0] == '2\n', (a, b)
+    assert not os.path.exists(wd), 'the host workdir was left behind'
+
+
+@pytest.mark.timeout(60)
+def test_host_files_not_visible(sbx, iso, tmp_path):
+    "Work folder, answer keys, /sys (net, cgroups), /opt, /var/lib, container metadata: not visible."
+    needs(iso, 'fs_view')
+    key = tmp_path / 'answer_key.txt'; key.write_text('42'); key.chmod(0o644)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = [str(key), os.path.abspath(__file__), os.path.join(here, 'settings.ini'), '/.dockerenv',
+             '/etc/hostname', '/etc/shadow', '/etc/machine-id', '/proc/1/environ']
+    dirs = [os.path.join(here, '.git'), '/sys/class/net', '/sys/fs/cgroup', '/run/secrets', '/opt',
+            '/var/lib', '/root/.ssh', '/home', os.path.join(here, 'tunix_agentic')]
+    code = (f'import os\nfor p in {files!r}:\n    try: open(p).read(1); print("SEEN", p)\n    except OSError: pass\n'
+            f'for p in {dirs!r}:\n    if os.path.exists(p): print("SEEN", p)')
+    r = run(sbx.run(code))
+    assert r.status == 'ok', r
+    seen = [l.split(' ', 1)[1] for l in r.stdout.splitlines() if l.startswith('SEEN')]
+    assert seen == [] or (seen == ['/proc/1/environ'] and iso.get('own_proc')), seen
+    next_call_works(sbx)
+
+
+@pytest.mark.timeout(60)
+def test_other_workdirs_invisible(sbx, iso, tmp_path):
+    "A call with one episode's workdir cannot see another episode's workdir under the same root."
+    needs(iso, 'fs_view', 'private_tmp')
+    s = LocalSandbox(dataclasses.replace(sbx.config, scratch_root=str(tmp_path)))
+    os.chmod(tmp_path, 0o755)
+    mine, other = s.make_workdir(), s.make_workdir()
+    with open(os.path.join(other, 'answer.txt'), 'w') as f: f.write('secret')
+    os.chmod(os.path.join(other, 'answer.txt'), 0o644)
+    code = (f'import os\nfor p in [{other!r}, {str(tmp_path)!r}, {os.path.join(other, "answer.txt")!r}]:\n'
+            '    print(p, os.path.exists(p))')
+    r = run(s.run(code, workdir=mine))
+    assert r.status == 'ok' and 'True' not in r.stdout, r
+
+
+@pytest.mark.timeout(90)
+def test_interpreter_under_tmp(sbx, iso):
+    "A venv under /tmp (interpreter and fork server there) works inside its calls."
+    needs(iso, 'fs_view')
+    venv = tempfile.mkdtemp(prefix='tunix_venv_', dir='/tmp')
+    try:
+        subprocess.run([sys.executable, '-m', 'venv', '--without-pip', venv], check=True, capture_output=True)
+        os.chmod(venv, 0o755)
+        s = LocalSandbox(dataclasses.replace(sbx.config, python=os.path.join(venv, 'bin', 'python')))
+        r = run(s.run('import sys, decimal, json\nprint(sys.prefix)'))
+        assert (r.status, r.stdout) == ('ok', venv + '\n'), r
+    finally: shutil.rmtree(venv, ignore_errors=True)
+
+
+# ---- the same file again, under a simulated Docker default profile --------------------------------
+DOCKER_CAPS = ('chown,dac_override,fowner,fsetid,kill,setgid,setuid,setpcap,net_bind_service,net_raw,'
+               'sys_chroot,mknod,audit_write,setfcap')
+BLOCK_NAMESPACES = r"""
+import ctypes, os, struct, sys
+# Docker's default seccomp profile without CAP_SYS_ADMIN: no namespaces, mounts or keyrings (x86_64)
+EPERM, ENOSYS, ALLOW = 0x00050001, 0x00050026, 0x7fff0000
+NS = 0x7E020000  # CLONE_NEW{NS,CGROUP,UTS,IPC,USER,PID,NET}
+deny = [272, 308, 165, 166, 155, 250, 248, 249, 428, 429, 430, 431, 432, 442]
+prog = [(0x20, 4, 0, 0), (0x15, 0xC000003E, 1, 0), (0x06, 0, 0, 0), (0x20, 0, 0, 0)]
+for nr in deny: prog += [(0x15, nr, 0, 1), (0x06, EPERM, 0, 0)]
+prog += [(0x15, 435, 0, 1), (0x06, ENOSYS, 0, 0), (0x15, 56, 0, 3), (0x20, 16, 0, 0),
+         (0x45, NS, 0, 1), (0x06, EPERM, 0, 0), (0x06, ALLOW, 0, 0)]
+buf = ctypes.create_string_buffer(b''.join(struct.pack('HBBI', c, jt, jf, k) for c, k, jt, jf in prog))
+fprog = struct.pack('HxxxxxxQ', len(prog), ctypes.addressof(buf))
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0 and libc.prctl(22, 2, ctypes.c_char_p(fprog), 0, 0) == 0
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_attacks_under_docker_profile(tmp_path):
+    "Root with Docker's default capabilities and namespaces blocked by seccomp: refused, or contained."
+    if os.environ.get('TUNIX_SBX_UNPRIV') or DOCKER: pytest.skip('already a nested run')
+    if os.geteuid() != 0 or not shutil.which('setpriv'): pytest.skip('needs root and setpriv')
+    if os.uname().machine != 'x86_64': pytest.skip('the simulated seccomp profile is x86_64 only')
+    blocker = tmp_path / 'block_namespaces.py'; blocker.write_text(BLOCK_NAMESPACES)
+    env = {**os.environ, 'TUNIX_SBX_DOCKER': '1'}
+    cmd = ['setpriv', '--bounding-set=-all,+' + DOCKER_CAPS.replace(',', ',+'), '--inh-caps=-all',
+           sys.executable, str(blocker), sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+           '-rs', '-s', '--basetemp', str(tmp_path / 'bt'), os.path.abspath(__file__)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=280)
+    print(p.stdout[-6000:], p.stderr[-2000:])
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    assert ' passed' in p.stdout and 'test_default_refuses' not in p.stdout.split('short test summary')[-1]
+    skips = [l for l in p.stdout.splitlines() if l.startswith('SKIPPED')]
+    assert all('calls get no' in l or 'nested run' in l or 'no keyrings' in l for l in skips), skips

@@ -1676,6 +1676,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                           'tunix_agentic.tools.cage.mount': ('01_tools/cage.html#mount', 'tunix_agentic/tools/cage.py'),
                                           'tunix_agentic.tools.cage.mount_setattr': ( '01_tools/cage.html#mount_setattr',
                                                                                       'tunix_agentic/tools/cage.py'),
+                                          'tunix_agentic.tools.cage.oom_first': ( '01_tools/cage.html#oom_first',
+                                                                                  'tunix_agentic/tools/cage.py'),
                                           'tunix_agentic.tools.cage.pivot': ('01_tools/cage.html#pivot', 'tunix_agentic/tools/cage.py'),
                                           'tunix_agentic.tools.cage.prctl': ('01_tools/cage.html#prctl', 'tunix_agentic/tools/cage.py'),
                                           'tunix_agentic.tools.cage.private_tmp': ( '01_tools/cage.html#private_tmp',

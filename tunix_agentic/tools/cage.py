@@ -7,8 +7,8 @@ __all__ = ['libc', 'ROOT', 'MS_RDONLY', 'MS_NOSUID', 'MS_NODEV', 'MS_NOEXEC', 'M
            'NS', 'SYSTEM', 'ETC', 'DEVICES', 'MAX_DEPTH', 'ARCH', 'FAMILIES', 'SECCOMP', 'check', 'mount',
            'mount_setattr', 'prctl', 'write', 'close_except', 'view_paths', 'graft', 'readonly_remounts', 'pivot',
            'template', 'probe', 'enter_namespaces', 'private_tmp', 'copy_tree', 'clear_dir', 'remove_tree',
-           'seccomp_program', 'seccomp', 'drop_caps', 'fresh_keyring', 'cgroup_bases', 'write_at', 'make_cgroup',
-           'remove_cgroup']
+           'seccomp_program', 'seccomp', 'drop_caps', 'oom_first', 'fresh_keyring', 'cgroup_bases', 'write_at',
+           'make_cgroup', 'remove_cgroup']
 
 # %% ../../nbs/01_tools/04_cage.ipynb #3f63201f
 import ctypes, os, struct
@@ -250,6 +250,11 @@ def drop_caps() -> None:
     libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
     hdr = ctypes.create_string_buffer(struct.pack('Ii', 0x20080522, 0))
     check(libc.capset(hdr, ctypes.create_string_buffer(24)), 'capset')
+
+def oom_first() -> None:
+    "Make this process (and what it forks) the OOM killer's first choice in its cgroup."
+    try: write('/proc/self/oom_score_adj', '1000')
+    except OSError: pass
 
 def fresh_keyring() -> None:
     "Join a new anonymous session keyring: the trainer's keys are not even named from here."

@@ -42,6 +42,7 @@ def user_setup(req: dict, rep: dict, private: dict, fds: tuple) -> None:
     if rep.get('private_tmp'): os.chdir('/tmp')
     else: os.fchdir(wd)
     os.setsid()
+    cage.oom_first()  # the OOM killer takes the code's processes, not its reaper
     for name, v in req['limits'].items(): resource.setrlimit(getattr(resource, name), (v, v))
     if cage.ROOT and not rep.get('userns') and req['isolation'] != 'none':
         os.setgroups([]); os.setresgid(*[req['gid']] * 3); os.setresuid(*[req['uid']] * 3)
@@ -242,6 +243,7 @@ def launch(req: dict, ctl: socket.socket, state: dict, cgroup: list) -> None:
     rep = {'backend': 'forkserver', 'fs_view': bool(state['view']), 'view': state['view'],
            'errors': list(state['errors'])}
     try:
+        cage.close_except({ctl.fileno(), *cgroup})  # e.g. another call's pipes, held by the server
         cage.prctl(1, signal.SIGKILL)  # die with the server
         for fd in cgroup: cage.write_at(fd, 'cgroup.procs', '0')  # before any fork of the call
         rep['cgroup'] = bool(cgroup) and bool({'v2', 'memory'} & set(state['cgroups']))
