@@ -2116,6 +2116,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                          'tunix_agentic.ui.viewer._png': ('08_ui/viewer.html#_png', 'tunix_agentic/ui/viewer.py'),
                                          'tunix_agentic.ui.viewer._read_lenient': ( '08_ui/viewer.html#_read_lenient',
                                                                                     'tunix_agentic/ui/viewer.py'),
+                                         'tunix_agentic.ui.viewer._value_axis': ( '08_ui/viewer.html#_value_axis',
+                                                                                  'tunix_agentic/ui/viewer.py'),
                                          'tunix_agentic.ui.viewer.default_panels': ( '08_ui/viewer.html#default_panels',
                                                                                      'tunix_agentic/ui/viewer.py'),
                                          'tunix_agentic.ui.viewer.dump_metrics': ( '08_ui/viewer.html#dump_metrics',

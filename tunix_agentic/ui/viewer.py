@@ -154,6 +154,14 @@ def integer_step_axis(ax, # a matplotlib Axes whose x axis is the training step
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
 
 # %% ../../nbs/08_ui/01_viewer.ipynb #6473e551
+def _value_axis(ax, panel: tuple[str, ...], ys: list[float]):
+    "Shares (and rewards within 0..1) on 0..1; counts from 0: a flat curve is not magnified."
+    ys = [y for y in ys if y == y]
+    if not ys or min(ys) < 0: return
+    share = all(k.startswith('status/') or k.endswith('success') for k in panel)
+    if share or (panel == ('reward/mean',) and max(ys) <= 1): ax.set_ylim(-0.03, 1.03)
+    else: ax.set_ylim(0, max(ys) * 1.08 or 1)
+
 def _png(fig) -> bytes:
     buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=80); return buf.getvalue()
 
@@ -190,6 +198,7 @@ def plot_metrics(source: Mapping | DumpFolder | str | Path, # folder, `{step: ep
         ax.set_title(title, fontsize=10); ax.set_xlabel('training step'); ax.grid(alpha=0.3)
         if len(panel) > 1: ax.legend(fontsize=8)
         integer_step_axis(ax, steps)
+        _value_axis(ax, panel, [rows[s].get(k, math.nan) for s in steps for k in panel])
     if not rows: fig.text(0.5, 0.5, 'no dumps yet', ha='center')
     fig._repr_png_ = lambda: _png(fig)  # a Figure made without pyplot has no picture form
     return fig
