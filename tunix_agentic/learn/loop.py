@@ -79,12 +79,16 @@ def plot_metrics(records: Sequence[dict], path: str | Path,
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
     keys = [k for k in keys if any(k in r for r in records)]
     n = max(len(keys), 1); cols = min(3, n); rows = math.ceil(n / cols)
     fig, axs = plt.subplots(rows, cols, figsize=(4 * cols, 2.6 * rows), squeeze=False)
     for ax, k in zip(axs.flat, keys):
         pts = [(r['step'], r[k]) for r in records if k in r]
         ax.plot(*zip(*pts), marker='.'); ax.set_title(k); ax.set_xlabel('step'); ax.grid(alpha=.3)
+        lo, hi = min(s for s, _ in pts), max(s for s, _ in pts)  # whole steps; a lone one padded
+        if hi - lo < 2: ax.set_xlim(lo - 0.5, hi + 0.5)   # (not ticked -0.045..0.045)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     for ax in list(axs.flat)[len(keys):]: ax.axis('off')
     if title: fig.suptitle(title)
     fig.tight_layout()
