@@ -343,3 +343,24 @@ def test_openai_shapes_unknown_model_and_generate_validation(tok):
         r = httpx.post(eng.url + '/v1/chat/completions', content=b'{not json',
                        headers={'Content-Type': 'application/json'})
         assert r.status_code == 422 and r.json()['error']['type'] == 'invalid_request_error'
+
+
+@pytest.mark.timeout(60)
+def test_callbacks_carry_tool_calls_whose_ids_the_tool_answers_use(tok):
+    class Recording(EngineServer):
+        seen: list = []
+        async def chat(self, req):
+            self.seen.append([m.model_dump(exclude_none=True) for m in req.messages])
+            return await super().chat(req)
+    eng = Recording(ScriptedEngine(tok, SCRIPT), tok).start()
+    srv = rollout_server(callback_hosts=('loopback',))
+    try:
+        r = httpx.post(srv.url + '/rollout', json=body('ids', eng.url), timeout=30).json()
+    finally: srv.close(); eng.close()
+    assert r['finish_reason'] == 'stop'
+    second = eng.seen[1]
+    asst, tool = second[-2], second[-1]
+    assert asst['role'] == 'assistant' and tool['role'] == 'tool'
+    assert [c['function']['name'] for c in asst['tool_calls']] == ['add']
+    assert asst['tool_calls'][0]['id'] == tool['tool_call_id']
+    assert json.loads(asst['tool_calls'][0]['function']['arguments']) == {'a': 1, 'b': 2}

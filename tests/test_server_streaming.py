@@ -105,3 +105,32 @@ def test_openai_client_stream_equals_whole_answer(tok, script):
     assert last.choices[0].finish_reason == whole.choices[0].finish_reason
     assert (last.token_ids, last.token_logprobs) == (whole.token_ids, whole.token_logprobs)
     assert events[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_chunked_stream_arrives_in_pieces_and_equals_the_whole_greedy_answer(tok):
+    """stream_chunk_tokens=4 over a JaxEngine with its prefix cache: several content chunks, and
+    the same text, ids and logprobs as one non-streamed greedy call."""
+    import httpx
+    from flax import nnx
+    from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
+    from tunix_agentic.models.qwen2 import ModelConfig, Qwen2
+    mcfg = ModelConfig.tiny(vocab_size=len(tok), num_layers=1, hidden_size=32, intermediate_size=64,
+                            head_dim=16)
+    engine = JaxEngine(Qwen2(mcfg, rngs=nnx.Rngs(0)), config=JaxEngineConfig(
+        max_batch=2, min_batch_bucket=1, min_prompt_bucket=32, min_gen_bucket=4,
+        prefix_cache_tokens=4096))
+    body = {'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 12, 'temperature': 0}
+    with EngineServer(engine, tok, stream_chunk_tokens=4) as srv:
+        url = srv.url + '/v1/chat/completions'
+        whole = httpx.post(url, json=body, timeout=120).json()
+        with httpx.stream('POST', url, json={**body, 'stream': True}, timeout=120) as r:
+            events = [json.loads(l[6:]) for l in r.iter_lines() if l.startswith('data: {')]
+    pieces = [e['choices'][0]['delta'].get('content') for e in events if e['choices']]
+    pieces = [p for p in pieces if p]
+    last = [e for e in events if e['choices']][-1]
+    assert ''.join(pieces) == (whole['choices'][0]['message']['content'] or '')
+    assert last['token_ids'] == whole['token_ids']
+    assert last['token_logprobs'] == pytest.approx(whole['token_logprobs'], abs=1e-4)
+    if len(whole['token_ids']) > 8: assert len(pieces) >= 2

@@ -4,8 +4,8 @@
 
 # %% ../../nbs/05_engines/07_server.ipynb #998b1627
 from __future__ import annotations
-import asyncio, json, logging, time, uuid
-from typing import Annotated, Any, Literal
+import asyncio, itertools, json, logging, time, uuid
+from typing import Annotated, Any, AsyncIterator, Literal
 import httpx
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -21,8 +21,8 @@ from .http_plumbing import (CLIENT_LIMITS, BackgroundServer, Guard,
 
 # %% auto #0
 __all__ = ['MAX_MESSAGES', 'MAX_TEXT', 'MAX_IDS', 'TokenId', 'Text', 'EngineHTTPError', 'ChatMessage', 'SamplingFields',
-           'ChatRequest', 'CompletionRequest', 'EngineServer', 'template_message', 'PlainTextParser', 'GenerateRequest',
-           'params_from_json', 'params_to_json', 'HttpEngine']
+           'ChatRequest', 'CompletionRequest', 'EngineServer', 'template_message', 'PlainTextParser', 'openai_messages',
+           'GenerateRequest', 'params_from_json', 'params_to_json', 'HttpEngine']
 
 # %% ../../nbs/05_engines/07_server.ipynb #64c18e46
 _log = logging.getLogger(__name__)
@@ -109,11 +109,15 @@ class EngineServer:
                  host: str = '127.0.0.1', port: int = 0, # 0: any free port
                  max_tokens: int = 512, # default and upper bound of a request's max_tokens
                  max_prompt_tokens: int = 32768, # longer prompts are refused before the engine
-                 max_body_bytes: int = 8 << 20): # bigger request bodies are refused (413)
+                 max_body_bytes: int = 8 << 20, # bigger request bodies are refused (413)
+                 stream_chunk_tokens: int = 0): # >0: stream in chunks of this many tokens, each
+                                                # continuing the last (the engine must reuse a
+                                                # prefix's KV cache, as JaxEngine does)
         check_exposure(host, api_key, 'EngineServer')
         self.engine, self.tokenizer, self.model, self.api_key = engine, tokenizer, model, api_key
         self.parser, self.max_tokens = get_tool_parser(parser), max_tokens
         self.max_prompt_tokens, self.max_body_bytes = max_prompt_tokens, max_body_bytes
+        self.stream_chunk_tokens = stream_chunk_tokens
         self.end_ids = sorted(chat_format(tokenizer).end_ids)  # end of turn and eos
         self.vocab_size = len(tokenizer)
         self.records: dict[str, list[dict]] = {}
@@ -171,25 +175,35 @@ def check_prompt(self: EngineServer, prompt: list[int], max_tokens: int | None,
                                  f'({self.max_tokens})')
 
 @patch
-async def sample(self: EngineServer, prompt: list[int], req: SamplingFields,
-                 max_tokens: int | None = None) -> GenerateOutput:
-    "One engine call (batched with concurrent ones); recorded under `req.rollout_id` if expected."
-    self.check_prompt(prompt, max_tokens)
+def params(self: EngineServer, req: SamplingFields, max_tokens: int | None) -> SamplingParams:
+    "The SamplingParams of a request (422 if they are invalid)."
     stops = tuple(sorted(set(req.stop_token_ids or ()) | set(self.end_ids)))
     try:
-        params = SamplingParams(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
-                                max_new_tokens=max_tokens or self.max_tokens,
-                                stop_token_ids=stops, seed=req.seed)
+        return SamplingParams(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
+                              max_new_tokens=max_tokens or self.max_tokens,
+                              stop_token_ids=stops, seed=req.seed)
     except ValueError as e: raise HTTPException(422, str(e))
-    try: out = await self.engine.agenerate(prompt, params)
-    except Exception as e:
-        _log.warning('engine failed: %r', e)
-        raise HTTPException(500, f'engine failed: {type(e).__name__}')
+
+@patch
+def record(self: EngineServer, req: SamplingFields, prompt: list[int], out: GenerateOutput):
+    "Keep a turn under `req.rollout_id` if that id is expected."
     rec = self.records.get(req.rollout_id) if req.rollout_id is not None else None
     if rec is not None:
         rec.append({'prompt_ids': list(prompt), 'token_ids': list(out.token_ids),
                     'logprobs': list(out.logprobs), 'finish_reason': out.finish_reason,
                     'response_mask': req.response_mask})
+
+@patch
+async def sample(self: EngineServer, prompt: list[int], req: SamplingFields,
+                 max_tokens: int | None = None) -> GenerateOutput:
+    "One engine call (batched with concurrent ones); recorded under `req.rollout_id` if expected."
+    self.check_prompt(prompt, max_tokens)
+    params = self.params(req, max_tokens)
+    try: out = await self.engine.agenerate(prompt, params)
+    except Exception as e:
+        _log.warning('engine failed: %r', e)
+        raise HTTPException(500, f'engine failed: {type(e).__name__}')
+    self.record(req, prompt, out)
     return out
 
 @patch
@@ -198,6 +212,23 @@ def decode(self: EngineServer, out: GenerateOutput) -> str:
     ids = out.token_ids
     if ids and ids[-1] in self.end_ids: ids = ids[:-1]
     return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+# %% ../../nbs/05_engines/07_server.ipynb #49482123
+@patch
+async def sample_stream(self: EngineServer, prompt: list[int], req: SamplingFields,
+                        max_tokens: int | None = None) -> AsyncIterator[GenerateOutput]:
+    "The sample in chunks (`stream_chunk_tokens` each, or one), recorded whole when done."
+    p, ids, lps, fr = self.params(req, max_tokens), [], [], 'abort'
+    while len(ids) < p.max_new_tokens:
+        n = min(self.stream_chunk_tokens or p.max_new_tokens, p.max_new_tokens - len(ids))
+        seed = p.seed if p.seed is None or not ids else (p.seed + len(ids)) % (1 << 63)
+        try: out = await self.engine.agenerate(prompt + ids, p.replace(max_new_tokens=n,
+                                                                       seed=seed))
+        except Exception as e: _log.warning('engine failed: %r', e); fr = 'abort'; break
+        ids, lps, fr = ids + list(out.token_ids), lps + list(out.logprobs), out.finish_reason
+        yield out
+        if fr != 'length' or not out.token_ids: break
+    self.record(req, prompt, GenerateOutput(ids, lps, fr))
 
 # %% ../../nbs/05_engines/07_server.ipynb #ec8cf74a
 class PlainTextParser(ToolParser):
@@ -223,9 +254,11 @@ async def chat(self: EngineServer, req: ChatRequest) -> dict:
     self.check_model(req.model)
     prompt = (list(req.prompt_token_ids or [])
               or await asyncio.to_thread(self.render, req.messages, req.tools))
-    out = await self.sample(prompt, req, req.max_completion_tokens or req.max_tokens)
+    max_tokens = req.max_completion_tokens or req.max_tokens
     if req.stream:
-        return chat_stream(self, req, prompt, out)
+        self.check_prompt(prompt, max_tokens); self.params(req, max_tokens)  # 422s before the 200
+        return chat_stream(self, req, prompt, self.sample_stream(prompt, req, max_tokens))
+    out = await self.sample(prompt, req, max_tokens)
     text = self.decode(out)
     res = self.tool_parser(req).parse(text)
     calls = [openai_tool_call(c) for c in res.calls]
@@ -267,6 +300,22 @@ async def complete(self: EngineServer, req: CompletionRequest) -> dict:
             'created': int(time.time()), 'model': req.model or self.model, 'choices': [choice],
             'usage': usage_dict(prompt, out), 'prompt_token_ids': prompt,
             'token_ids': out.token_ids, 'token_logprobs': out.logprobs}
+
+# %% ../../nbs/05_engines/07_server.ipynb #876d11e3
+def openai_messages(messages: list[dict], parser: ToolParser) -> list[dict]:
+    "Messages in the OpenAI shape: an assistant's calls as `tool_calls`, ids matching the answers."
+    out = []
+    for i, m in enumerate(messages):
+        res = (parser.parse(m['content']) if m.get('role') == 'assistant' and not m.get('tool_calls')
+               and isinstance(m.get('content'), str) else None)
+        if res is None or not res.calls: out.append(m); continue
+        after = itertools.takewhile(lambda t: t.get('role') == 'tool', messages[i + 1:])
+        ids = [t.get('tool_call_id') for t in after]
+        calls = [{**openai_tool_call(c), 'id': (ids[k] if k < len(ids) and ids[k]
+                                                else f'call_{i}_{k}')}
+                 for k, c in enumerate(res.calls)]
+        out.append({**m, 'content': res.content or None, 'tool_calls': calls})
+    return out
 
 # %% ../../nbs/05_engines/07_server.ipynb #08ec0ce9
 class GenerateRequest(BaseModel):

@@ -5,7 +5,7 @@
 # %% ../../nbs/05_engines/06_streaming.ipynb #452ca6bd
 from __future__ import annotations
 import json, logging, time, uuid
-from typing import Iterator
+from typing import AsyncIterator, Iterator
 from fastapi.responses import StreamingResponse
 from ..chat.parsers import ParseResult, QwenToolParser, ToolParser, json_end
 from .engine import GenerateOutput
@@ -89,8 +89,9 @@ def text_deltas(tokenizer, ids: list[int]) -> Iterator[str]:
         else: _log.warning('decode is not prefix-stable; the stream ends at %r', done[-20:])
 
 # %% ../../nbs/05_engines/06_streaming.ipynb #b94f6512
-def chat_stream(srv, req: ChatRequest, prompt: list[int], out: GenerateOutput) -> StreamingResponse:
-    "The answer to a streaming chat request, as OpenAI server-sent events."
+def chat_stream(srv, req: ChatRequest, prompt: list[int],
+                outs: AsyncIterator[GenerateOutput]) -> StreamingResponse:
+    "The answer to a streaming chat request, as OpenAI server-sent events sent as chunks arrive."
     cid, created, model = f'chatcmpl-{uuid.uuid4().hex}', int(time.time()), req.model or srv.model
     def chunk(delta: dict | None, finish: str | None = None, **extra) -> str:
         choices = [] if delta is None else [{'index': 0, 'delta': delta, 'logprobs': None,
@@ -98,25 +99,33 @@ def chat_stream(srv, req: ChatRequest, prompt: list[int], out: GenerateOutput) -
         return 'data: ' + json.dumps({'id': cid, 'object': 'chat.completion.chunk',
                                       'created': created, 'model': model, 'choices': choices,
                                       **extra}) + '\n\n'
-    def events():
-        sp, n = StreamingToolParser(srv.tool_parser(req)), 0
-        def emit(text: str, calls: list[ToolCall]):
+    async def events():
+        sp, n, sent, ids, lps, fr = StreamingToolParser(srv.tool_parser(req)), 0, '', [], [], 'stop'
+        def emit(text: str, calls: list[ToolCall]) -> list[str]:
             nonlocal n
-            if text: yield chunk({'content': text})
+            out = [chunk({'content': text})] if text else []
             for c in calls:
-                yield chunk({'tool_calls': [{'index': n, **openai_tool_call(c)}]}); n += 1
+                out.append(chunk({'tool_calls': [{'index': n, **openai_tool_call(c)}]})); n += 1
+            return out
         yield chunk({'role': 'assistant', 'content': ''})
-        ids = out.token_ids
-        if ids and ids[-1] in srv.end_ids: ids = ids[:-1]
-        for piece in text_deltas(srv.tokenizer, ids): yield from emit(*sp.feed(piece))
+        async for o in outs:
+            ids, lps, fr = ids + list(o.token_ids), lps + list(o.logprobs), o.finish_reason
+            body = ids[:-1] if ids and ids[-1] in srv.end_ids else ids
+            text = srv.tokenizer.decode(body, skip_special_tokens=False).rstrip('\ufffd')
+            if text.startswith(sent) and len(text) > len(sent):  # else: wait for the next chunk
+                for e in emit(*sp.feed(text[len(sent):])): yield e
+                sent = text
+        text = srv.tokenizer.decode(body if ids else [], skip_special_tokens=False)
+        if text != sent and not text.startswith(sent):
+            _log.warning('decode is not prefix-stable; the stream ends at %r', sent[-20:])
+        for e in emit(*sp.feed(text[len(sent):] if text.startswith(sent) else '')): yield e
         text, calls, res = sp.finish()
-        yield from emit(text, calls)
+        for e in emit(text, calls): yield e
         if res.reasoning: yield chunk({'reasoning_content': res.reasoning})
-        extra = {'prompt_token_ids': prompt, 'token_ids': out.token_ids,
-                 'token_logprobs': out.logprobs}
+        extra = {'prompt_token_ids': prompt, 'token_ids': ids, 'token_logprobs': lps}
         if res.errors: extra['tool_call_errors'] = res.errors
-        yield chunk({}, 'tool_calls' if n else out.finish_reason, **extra)
+        yield chunk({}, 'tool_calls' if n else fr, **extra)
         if (req.stream_options or {}).get('include_usage'):
-            yield chunk(None, usage=usage_dict(prompt, out))
+            yield chunk(None, usage=usage_dict(prompt, GenerateOutput(ids, lps, fr)))
         yield 'data: [DONE]\n\n'
     return StreamingResponse(events(), media_type='text/event-stream')

@@ -13,6 +13,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, Strict
 from fastcore.basics import patch
 from ..engines.engine import BaseEngine, GenerateOutput, SamplingParams
+from ..engines.server import openai_messages
 from ..envs.agents import ToolAgent
 from ..envs.environments import ToolEnvironment, resolve_tools
 from ..tools.base import BaseTool, ToolManager
@@ -195,7 +196,8 @@ async def agenerate(self: CallbackEngine, prompt_ids: list[int],
     "POST one turn (token-in, with the seed's response_mask) and return what the engine sampled."
     p, n = params or SamplingParams(), len(prompt_ids)
     mask = [0] * (n - self.last_len) if 0 < self.last_len < n else None
-    body = {'model': self.req.model, 'messages': self.agent.chat_completions,
+    msgs = openai_messages(self.agent.chat_completions, self.agent.parser)  # with tool_calls
+    body = {'model': self.req.model, 'messages': msgs,
             'tools': self.tools or None, 'temperature': p.temperature, 'top_p': p.top_p,
             'top_k': p.top_k, 'max_tokens': p.max_new_tokens, 'seed': p.seed,
             'stop_token_ids': list(p.stop_token_ids), 'rollout_id': self.req.rollout_id,
