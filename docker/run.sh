@@ -20,7 +20,17 @@ if [ "${1:-}" = "--build" ]; then
 fi
 docker stop "$NAME" >/dev/null 2>&1 || true
 # HOST_UID/HOST_GID: the entrypoint runs the runtime as you, so files in the mount stay yours
+# The code sandbox (tunix_agentic.tools.sandbox) isolates each model-written call in fresh user, mount,
+# network, PID, IPC and UTS namespaces and refuses to run without them. Docker's defaults block that
+# (its seccomp profile refuses unshare/clone of namespaces, mount and keyctl without CAP_SYS_ADMIN,
+# AppArmor's docker-default refuses mount, masked /proc paths refuse a fresh /proc). --privileged,
+# which the TPU needs anyway, lifts all three; the security-opts say which the sandbox relies on, so
+# they stay if --privileged is ever dropped. Hosts that restrict unprivileged user namespaces
+# (Ubuntu >= 23.10: kernel.apparmor_restrict_unprivileged_userns=1) still block the non-root runtime
+# user; the sandbox then refuses with an error naming what is missing.
 exec docker run --rm --privileged --net=host \
+    --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+    --security-opt systempaths=unconfined \
     -v /dev:/dev -v /run:/run -v /var/lib/cloud:/var/lib/cloud \
     -v "$PROJECT":/workspace/tunix_agentic \
     -e TPU_NAME=local \
