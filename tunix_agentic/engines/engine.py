@@ -10,11 +10,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 from fastcore.basics import patch
 from ..chat.encoder import chat_format
+from ..core.sync import run_sync
 
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['FINISH_REASONS', 'SamplingParams', 'GenerateOutput', 'run_sync', 'RequestBatcher', 'as_params_list', 'BaseEngine',
+__all__ = ['FINISH_REASONS', 'SamplingParams', 'GenerateOutput', 'RequestBatcher', 'as_params_list', 'BaseEngine',
            'ScriptedEngine']
 
 # %% ../../nbs/05_engines/00_engine.ipynb #abce8eed
@@ -59,14 +60,6 @@ class GenerateOutput:
         if self.finish_reason not in FINISH_REASONS:
             raise ValueError(f'finish_reason must be one of {FINISH_REASONS}, '
                              f'got {self.finish_reason!r}')
-
-# %% ../../nbs/05_engines/00_engine.ipynb #7438117f
-def run_sync(coro) -> Any:
-    "Run a coroutine to completion from synchronous code, also under a running loop (Jupyter)."
-    try: asyncio.get_running_loop()
-    except RuntimeError: return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1, 'run-sync') as ex:
-        return ex.submit(asyncio.run, coro).result()
 
 # %% ../../nbs/05_engines/00_engine.ipynb #8a891a59
 class RequestBatcher:

@@ -8,6 +8,7 @@ import asyncio, json, logging, os, shutil, signal, site, sys, tempfile, threadin
 from dataclasses import dataclass, field
 from typing import Any
 from fastcore.basics import patch
+from ..core.sync import run_sync
 from ..core.trajectory import ToolOutput
 from .base import BaseTool, ToolError, truncate_middle
 from .ratelimit import RateLimiter, RetryLater, retry_async
@@ -351,8 +352,8 @@ async def async_forward(self: CodeInterpreterTool, code: str = '', **kw) -> Tool
 # %% ../../nbs/01_tools/06_sandbox.ipynb #9185d44e
 @patch
 def forward(self: CodeInterpreterTool, code: str = '', **kw) -> ToolOutput:
-    "Synchronous stateless run (not from inside a running event loop)."
-    return asyncio.run(self.async_forward(code=code))
+    "Synchronous stateless run (in a notebook too: under a running loop it runs in a thread)."
+    return run_sync(self.async_forward(code=code))
 
 # %% ../../nbs/01_tools/06_sandbox.ipynb #3c149c2b
 @patch
