@@ -364,3 +364,34 @@ def test_callbacks_carry_tool_calls_whose_ids_the_tool_answers_use(tok):
     assert [c['function']['name'] for c in asst['tool_calls']] == ['add']
     assert asst['tool_calls'][0]['id'] == tool['tool_call_id']
     assert json.loads(asst['tool_calls'][0]['function']['arguments']) == {'a': 1, 'b': 2}
+
+
+@pytest.mark.timeout(120)
+def test_a_huge_rollout_prompt_is_measured_off_the_loop_beside_small_rollouts(tok):
+    "A ~1 MB message: its length is checked on a worker thread, small rollouts keep finishing."
+    eng = EngineServer(ScriptedEngine(tok, SCRIPT), tok).start()
+    srv = rollout_server(callback_hosts=('loopback',))
+    try:
+        assert httpx.post(srv.url + '/rollout', timeout=30, json=body(
+            'cap', eng.url, max_tokens_total=1 << 20)).status_code == 422
+        big = body('big', eng.url, messages=[{'role': 'user', 'content': 'hello world ' * 80_000}])
+        done = {}
+        def send_big():
+            t0 = time.perf_counter()
+            done['big'] = httpx.post(srv.url + '/rollout', json=big, timeout=60).json()
+            done['big_s'] = time.perf_counter() - t0
+        t = threading.Thread(target=send_big); t.start()
+        lat = []
+        with httpx.Client(timeout=30) as c:
+            while t.is_alive() or len(lat) < 3:
+                t0 = time.perf_counter()
+                r = c.post(srv.url + '/rollout', json=body(f'small{len(lat)}', eng.url)).json()
+                assert r['finish_reason'] == 'stop'
+                lat.append(time.perf_counter() - t0)
+        t.join()
+        assert done['big']['finish_reason'] == 'error'
+        assert 'max_tokens_total' in done['big']['error_message']
+        print(f'\n~1 MB rollout prompt: {done["big_s"]:.2f} s to its error; {len(lat)} small '
+              f'rollouts meanwhile, latency max {max(lat) * 1e3:.0f} ms, median '
+              f'{sorted(lat)[len(lat) // 2] * 1e3:.0f} ms')
+    finally: srv.close(); eng.close()

@@ -31,16 +31,10 @@ __all__ = ['RolloutSettings', 'LatencyTool', 'load_tokenizer', 'TokenizerCache',
            'serve']
 
 # %% ../../nbs/09_serve/00_rollout_server.ipynb #ec8e2847
-_ENV = dict(server_port='ROLLOUT_SERVER_PORT', tokenizer_cache_size='TOKENIZER_CACHE_SIZE',
-            http_client_timeout='HTTP_CLIENT_TIMEOUT',
-            tokenizer_trust_remote_code='TOKENIZER_TRUST_REMOTE_CODE',
-            max_concurrent_rollouts='MAX_CONCURRENT_ROLLOUTS', host='ROLLOUT_HOST',
-            toolset='ROLLOUT_TOOLSET', tool_latency_ms='ROLLOUT_TOOL_LATENCY_MS',
-            reward_fn='ROLLOUT_REWARD_FN', parser='ROLLOUT_PARSER', api_key='ROLLOUT_API_KEY',
-            retry_after_s='ROLLOUT_RETRY_AFTER_S', tokenizers='ROLLOUT_TOKENIZERS',
-            callback_hosts='ROLLOUT_CALLBACK_HOSTS', max_queued_rollouts='MAX_QUEUED_ROLLOUTS',
-            result_keep_s='ROLLOUT_RESULT_KEEP_S', on_disconnect='ROLLOUT_ON_DISCONNECT',
-            max_body_bytes='ROLLOUT_MAX_BODY_BYTES')
+_SEED_ENV = ('tokenizer_cache_size', 'http_client_timeout', 'tokenizer_trust_remote_code',
+             'max_concurrent_rollouts', 'max_queued_rollouts')  # the seed's names; ours: ROLLOUT_*
+def _env_name(field: str) -> str:
+    return field.upper() if field in _SEED_ENV else f'ROLLOUT_{field.upper()}'
 _LISTS = ('tool_latency_ms', 'tokenizers', 'callback_hosts')  # comma-separated in the environment
 
 class RolloutSettings(BaseModel):
@@ -58,6 +52,7 @@ class RolloutSettings(BaseModel):
     result_keep_s: float = Field(600.0, ge=0)  # a finished rollout_id's answer, for retries
     on_disconnect: Literal['keep', 'cancel'] = 'keep'  # a rollout whose client left
     max_body_bytes: int = Field(8 << 20, ge=1024)
+    max_tokens_total: int = Field(1 << 16, ge=1)  # the largest max_tokens_total a request may ask
     toolset: str = 'calculator'  # a name in envs.TOOLSETS
     tool_latency_ms: tuple[float, float] = (0.0, 0.0)  # each tool call sleeps U(lo, hi) ms first
     reward_fn: str | None = 'gsm8k'  # scores tasks that carry an answer (metadata.task)
@@ -68,7 +63,8 @@ class RolloutSettings(BaseModel):
     def from_env(cls, env: dict | None = None, **overrides) -> RolloutSettings:
         "Settings from environment variables (and keyword overrides)."
         env = os.environ if env is None else env
-        kw: dict[str, Any] = {k: env[v] for k, v in _ENV.items() if env.get(v)}
+        kw: dict[str, Any] = {k: env[_env_name(k)] for k in cls.model_fields
+                              if env.get(_env_name(k))}
         kw.update({k: kw[k].split(',') for k in _LISTS if k in kw})
         return cls(**{**kw, **overrides})
 
@@ -276,10 +272,8 @@ class RolloutServer:
         self._managers: dict[tuple, ToolManager] = {}
         self._clients: ClientPool | None = None
         r = self.registry = prom.CollectorRegistry()
-        self.m_rollouts = prom.Counter('rollouts', 'Finished rollouts', ['finish_reason'],
-                                       registry=r)
-        self.m_rejected = prom.Counter('rollouts_rejected', 'Refused rollouts', ['reason'],
-                                       registry=r)
+        self.m_rollouts = prom.Counter('rollouts', 'Ended', ['finish_reason'], registry=r)
+        self.m_rejected = prom.Counter('rollouts_rejected', 'Not run', ['reason'], registry=r)
         self.m_latency = prom.Histogram('rollout_latency_seconds', 'Rollout wall time', registry=r,
                                         buckets=(.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300))
         self.m_llm = prom.Counter('llm_calls', 'Model turns (callbacks)', registry=r)
@@ -306,23 +300,27 @@ def tools_for(self: RolloutServer, schemas: list[dict] | None) -> ToolManager:
                                      f'this server offers {self.manager.names}')
         names.append(name)
     key = tuple(dict.fromkeys(names))
-    if key not in self._managers:
-        self._managers[key] = ToolManager([self.manager.tools[n] for n in key])
-    return self._managers[key]
+    return self._managers.setdefault(key, ToolManager([self.manager.tools[n] for n in key]))
 
 # %% ../../nbs/09_serve/00_rollout_server.ipynb #36b69310
 @patch
 def admit(self: RolloutServer, req: RolloutRequest):
     "Refuse (422, 403) tools, tokenizers and callback targets the operator does not offer."
     self.tools_for(req.tools)
+    if req.max_tokens_total > self.settings.max_tokens_total:  # bounds the prompt's rendering
+        raise HTTPException(422, f'max_tokens_total: {req.max_tokens_total} is more than this '
+                                 f'server allows ({self.settings.max_tokens_total})')
     if req.tokenizer_name not in self.settings.tokenizers:
         raise HTTPException(422, f'tokenizer_name: {req.tokenizer_name[:80]!r} is not one this '
                                  f'server loads ({list(self.settings.tokenizers)})')
     try: callback_url(req.server_url, self.settings.callback_hosts, '/v1/chat/completions')
     except ValueError as e: raise HTTPException(403, str(e)) from None
 
-
 # %% ../../nbs/09_serve/00_rollout_server.ipynb #390992b1
+def _prompt_len(tok, messages: list[dict], tools: list[dict]) -> int:
+    try: return len(tok.apply_chat_template(messages, tools=tools or None, tokenize=True))
+    except Exception: return 0  # the collector will say what is wrong
+
 @patch
 async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
     "Run one rollout to its end; never raises."
@@ -339,6 +337,10 @@ async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
             'messages': [m.model_dump(exclude_none=True) for m in req.messages]}
     scored = self.settings.reward_fn if ('answer' in task or 'ground_truth' in task) else None
     manager = self.tools_for(req.tools)
+    n = await asyncio.to_thread(_prompt_len, tok, task['messages'], manager.schemas)
+    if n >= req.max_tokens_total:  # refused off the event loop; the collector renders on it
+        return failed(f'the prompt has about {n} tokens; max_tokens_total is '
+                      f'{req.max_tokens_total}')
     agent = ToolAgent(system_prompt='', parser_name=self.settings.parser)
     try: cb = CallbackEngine(self.clients(), req, agent, manager.schemas,
                              self.settings.callback_hosts)
