@@ -4,11 +4,11 @@
 
 # %% auto #0
 __all__ = ['libc', 'ROOT', 'MS_RDONLY', 'MS_NOSUID', 'MS_NODEV', 'MS_NOEXEC', 'MS_REMOUNT', 'MS_BIND', 'MS_REC', 'MS_PRIVATE',
-           'NS', 'SYSTEM', 'ETC', 'DEVICES', 'MAX_DEPTH', 'ARCH', 'FAMILIES', 'SECCOMP', 'check', 'mount',
-           'mount_setattr', 'prctl', 'write', 'close_except', 'view_paths', 'graft', 'readonly_remounts', 'pivot',
-           'template', 'probe', 'enter_namespaces', 'private_tmp', 'copy_tree', 'clear_dir', 'remove_tree',
-           'seccomp_program', 'seccomp', 'drop_caps', 'oom_first', 'fresh_keyring', 'cgroup_bases', 'write_at',
-           'make_cgroup', 'remove_cgroup']
+           'NS', 'SYSTEM', 'ETC', 'DEVICES', 'MAX_DEPTH', 'ARCH', 'FAMILIES', 'SECCOMP', 'SECCOMP_NO_SYSV', 'check',
+           'mount', 'mount_setattr', 'prctl', 'write', 'close_except', 'view_paths', 'graft', 'readonly_remounts',
+           'pivot', 'template', 'probe', 'enter_namespaces', 'private_tmp', 'copy_tree', 'clear_dir', 'remove_tree',
+           'seccomp_program', 'seccomp', 'drop_caps', 'oom_first', 'fresh_keyring', 'landlock_abi', 'landlock',
+           'cgroup_bases', 'write_at', 'make_cgroup', 'remove_cgroup']
 
 # %% ../../nbs/01_tools/04_cage.ipynb #3f63201f
 import ctypes, os, struct
@@ -209,15 +209,15 @@ def remove_tree(path: str) -> None:
 # %% ../../nbs/01_tools/04_cage.ipynb #d1d6518f
 ARCH = {'x86_64': (0xC000003E, dict(socket=41, socketpair=53, clone=56, unshare=272, keyctl=250,
                                       add_key=248, request_key=249, io_uring_setup=425,
-                                      clone3=435)),
+                                      clone3=435, shmget=29, semget=64, msgget=68)),
         'aarch64': (0xC00000B7, dict(socket=198, socketpair=199, clone=220, unshare=97, keyctl=219,
                                        add_key=217, request_key=218, io_uring_setup=425,
-                                       clone3=435))}
+                                       clone3=435, shmget=194, semget=190, msgget=186))}
 FAMILIES = {'AF_INET': 2, 'AF_INET6': 10, 'AF_NETLINK': 16}  # what socket() may create
 
 # %% ../../nbs/01_tools/04_cage.ipynb #0fc3b7af
-def seccomp_program():
-    "The call's filter: socket families by allowlist, AF_UNIX as stream pairs only, no keyrings."
+def seccomp_program(sysv: bool = True):
+    "The call's filter: socket families by allowlist, AF_UNIX as stream pairs, no keyrings."
     arch, nr = ARCH[os.uname().machine]
     LD, JEQ, JGE, AND, RET = 0x20, 0x15, 0x35, 0x54, 0x06
     ALLOW, ERR = 0x7fff0000, 0x00050000
@@ -231,7 +231,8 @@ def seccomp_program():
                                     (AND, 0xf), (JEQ, 1, 1, 0), (RET, ERR | 13), (RET, ALLOW)])
     prog += rule(nr['unshare'], no_newuser) + rule(nr['clone'], no_newuser)
     prog += rule(nr['clone3'], [(RET, ERR | 38)]) + rule(nr['io_uring_setup'], [(RET, ERR | 1)])
-    for k in ('keyctl', 'add_key', 'request_key'): prog += rule(nr[k], [(RET, ERR | 1)])
+    for k in ('keyctl', 'add_key', 'request_key') + ('shmget', 'semget', 'msgget') * (not sysv):
+        prog += rule(nr[k], [(RET, ERR | 1)])  # SysV IPC too where no IPC namespace clears it
     prog += [(RET, ALLOW)]
     insns = [struct.pack('HBBI', i[0], *(i[2:4] if len(i) > 2 else (0, 0)), i[1]) for i in prog]
     buf = ctypes.create_string_buffer(b''.join(insns))
@@ -239,11 +240,13 @@ def seccomp_program():
 
 # %% ../../nbs/01_tools/04_cage.ipynb #2bb27210
 SECCOMP = seccomp_program() if os.uname().machine in ARCH else None  # built once, in the server
+SECCOMP_NO_SYSV = seccomp_program(sysv=False) if SECCOMP else None
 
-def seccomp() -> None:
+def seccomp(sysv: bool = True) -> None:
     "Install the filter (and no_new_privs) on this process; its children inherit it."
     prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
-    check(libc.prctl(22, 2, ctypes.c_char_p(SECCOMP[1]), 0, 0), 'seccomp')  # PR_SET_SECCOMP
+    prog = SECCOMP if sysv else SECCOMP_NO_SYSV
+    check(libc.prctl(22, 2, ctypes.c_char_p(prog[1]), 0, 0), 'seccomp')  # PR_SET_SECCOMP
 
 def drop_caps() -> None:
     "Empty every capability set; with no_new_privs (set with seccomp) exec cannot grant any back."
@@ -260,6 +263,32 @@ def fresh_keyring() -> None:
     "Join a new anonymous session keyring: the trainer's keys are not even named from here."
     nr = ARCH.get(os.uname().machine, (0, {'keyctl': -1}))[1]['keyctl']
     libc.syscall(nr, 1, None)  # KEYCTL_JOIN_SESSION_KEYRING; its failure is harmless
+
+# %% ../../nbs/01_tools/04_cage.ipynb #0b6ef496
+def landlock_abi() -> int:
+    "The kernel's Landlock ABI version (0: none); 4+ adds TCP rules, 6+ signal and socket scoping."
+    return max(0, libc.syscall(444, None, 0, 1))  # landlock_create_ruleset(VERSION)
+
+# %% ../../nbs/01_tools/04_cage.ipynb #bb194931
+def landlock(read: list[str], write: list[str], abi: int) -> None:
+    "Restrict this process and its children: read `read`, write `write`, no TCP, no signals out."
+    fs = (1 << 13) - 1 | (1 << 13) * (abi >= 2) | (1 << 14) * (abi >= 3) | (1 << 15) * (abi >= 5)
+    attr = struct.pack('QQQ', fs, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)  # net, scoped
+    size = 8 if abi < 4 else 16 if abi < 6 else 24
+    rs = libc.syscall(444, ctypes.create_string_buffer(attr[:size]), size, 0)
+    if rs < 0: check(-1, 'landlock_create_ruleset')
+    try:
+        for paths, allowed in ((read, 0b1101), (write, fs)):  # execute, read file, read dir
+            for p in paths:
+                try: fd = os.open(p, os.O_PATH)
+                except OSError: continue
+                ok = allowed if os.path.isdir(p) else allowed & (0b111 | 3 << 14)  # file rights
+                rule = ctypes.create_string_buffer(struct.pack('=Qi', ok, fd))
+                try: check(libc.syscall(445, rs, 1, rule, 0), f'landlock rule {p}')
+                finally: os.close(fd)
+        prctl(38, 1)  # PR_SET_NO_NEW_PRIVS, required
+        check(libc.syscall(446, rs, 0), 'landlock_restrict_self')
+    finally: os.close(rs)
 
 # %% ../../nbs/01_tools/04_cage.ipynb #555a461d
 def cgroup_bases() -> dict[str, int]:

@@ -42,7 +42,8 @@ class SandboxConfig:
     expose: tuple[str, ...] = ()  # host paths the call sees (read-only) besides system and python
     preload: tuple[str, ...] = ('math', 're', 'json', 'collections', 'itertools',
                                 'functools', 'random', 'fractions', 'decimal',
-                                'datetime', 'string', 'heapq', 'bisect', 'statistics')
+                                'datetime', 'string', 'heapq', 'bisect', 'statistics',
+                                'encodings.idna')  # socket code resolving names
     python: str = sys.executable  # interpreter that runs the code
     scratch_root: str | None = None  # where per-run scratch dirs are made (None: system temp)
     env: tuple[tuple[str, str], ...] = ()  # extra environment variables, passed on as given
