@@ -213,11 +213,13 @@ def test_fuzzed_chat_bodies_get_4xx_never_500(tok):
     assert len(codes) == 300 and codes.count(422) > 100
 
 
-# ---- load: 1,000 rollouts at 200 concurrent against max_concurrent_rollouts=100, no queue ----
+# ---- load: 1,000 rollouts at 200 concurrent against max_concurrent_rollouts=100 ----
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_load_1000_rollouts_none_lost_or_duplicated_429s_retried(tok):
-    p, url = spawn(SERVE_ROLLOUT, {'MAX_CONCURRENT_ROLLOUTS': '100', 'MAX_QUEUED_ROLLOUTS': '0',
+@pytest.mark.parametrize('queued', [0, 1024])  # 0: the 429-only design; 1024: the FIFO queue
+def test_load_1000_rollouts_none_lost_or_duplicated_429s_retried(tok, queued):
+    p, url = spawn(SERVE_ROLLOUT, {'MAX_CONCURRENT_ROLLOUTS': '100',
+                                   'MAX_QUEUED_ROLLOUTS': str(queued),
                                    'ROLLOUT_TOOL_LATENCY_MS': '10,100'})
     try:
         col = RemoteCollector(ScriptedEngine(tok, SCRIPT), tok, url,
@@ -233,8 +235,9 @@ def test_load_1000_rollouts_none_lost_or_duplicated_429s_retried(tok):
     assert col.engine_server.records == {}
     val = lambda name: float(re.search(rf'^{re.escape(name)} (\S+)$', metrics, re.M).group(1))
     assert val('rollouts_total{finish_reason="stop"}') == 1000  # each ran exactly once
-    assert col.counts['rejected_429'] > 0
-    assert val('rollouts_rejected_total{reason="concurrency"}') == col.counts['rejected_429']
+    assert (col.counts['rejected_429'] > 0) == (queued == 0)  # the queue holds all 200
+    rejected = re.search(r'^rollouts_rejected_total\{reason="concurrency"\} (\S+)$', metrics, re.M)
+    assert (float(rejected.group(1)) if rejected else 0) == col.counts['rejected_429']
     print(f"\n1000 rollouts at 200 concurrent, max 100: {col.counts['rejected_429']} 429s retried")
 
 
