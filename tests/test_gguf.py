@@ -114,3 +114,20 @@ def test_tolerance_separates_plausible_bugs(path, tok, llama):
         o = np.asarray(from_state_dict(c, d)(jnp.asarray([ids]))[0], np.float64)
         # measured: last-position max|dlogit| 12-48 (0.57 for the right model), corr <= 0.984
         assert np.abs(o[-1] - ref[-1]).max() > 5 and np.corrcoef(o.ravel(), ref.ravel())[0, 1] < 0.995
+
+
+@pytest.mark.parametrize('shape, want', [
+    # (block_count, embedding_length, head_count, key_length): llama.cpp's size from block_count
+    ((18, 640, 4, 256), 256.0),      # 270M (this file): head width, not 640 / 4 = 160
+    ((26, 1152, 4, 256), 256.0),     # 1B: head width, not 288
+    ((62, 5376, 32, 128), 168.0),    # 27B: hidden size / heads, not the head width 128
+])
+def test_query_pre_attn_scalar_follows_llama_cpp_per_size(path, shape, want):
+    """llama.cpp (src/llama-model.cpp, LLM_ARCH_GEMMA3) scales queries by 1/sqrt(n_embd / n_head)
+    for the 27B (62 blocks) and by 1/sqrt(head width) for every other size (issue 30)."""
+    from tunix_agentic.models.gguf_io import gemma3_config
+    meta = gguf_metadata(gguf.GGUFReader(str(path)))
+    keys = ('block_count', 'embedding_length', 'attention.head_count', 'attention.key_length')
+    meta.update({'gemma3.' + k: v for k, v in zip(keys, shape)})
+    meta['gemma3.attention.head_count_kv'] = shape[2] // 2
+    assert gemma3_config(meta).query_pre_attn_scalar == want

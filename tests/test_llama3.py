@@ -188,3 +188,16 @@ def test_real_shaped_sharded_round_trip(tmp_path):
     toks = jnp.asarray([[128000, 791, 6864, 315, 9822, 374]])
     np.testing.assert_array_equal(np.asarray(model(toks), np.float32),
                                   np.asarray(m2(toks), np.float32))
+
+
+def test_bf16_config_written_by_transformers_loads_bf16(tmp_path):
+    "transformers 4.57 writes `dtype`, not `torch_dtype`: a bf16 Llama must load bf16 (issue 30)."
+    from tunix_agentic.models.qwen2 import hf_state_dict
+    from test_models import _transformers_rewrite
+    cfg = Llama3Config.tiny(vocab_size=300)
+    save_hf(_randomize(Qwen2(cfg, rngs=nnx.Rngs(0))), cfg, tmp_path, dtype='bfloat16')
+    hf = _transformers_rewrite(tmp_path)
+    assert hf['dtype'] == 'bfloat16' and 'torch_dtype' not in hf and hf['model_type'] == 'llama'
+    loaded, c2 = load_hf(tmp_path)
+    assert c2.dtype == 'bfloat16'
+    assert all(v.dtype == jnp.bfloat16 for v in hf_state_dict(loaded).values())

@@ -162,3 +162,44 @@ def test_load_errors(tmp_path):
     hf = json.loads((tmp_path / 'config.json').read_text())
     (tmp_path / 'config.json').write_text(json.dumps({**hf, 'vocab_size': 301}))
     with pytest.raises(ValueError, match='has shape'): load_hf(tmp_path)
+
+
+# ---- config.json as the pinned transformers (4.57) writes it (issue 30) ---------------------------
+
+def _transformers_rewrite(path) -> dict:
+    "Let transformers read our config.json and write it back its own way; return what it wrote."
+    transformers = pytest.importorskip('transformers')
+    transformers.AutoConfig.from_pretrained(path).save_pretrained(path)
+    return json.loads((path / 'config.json').read_text())
+
+
+@pytest.mark.parametrize('arch', ['qwen2', 'qwen3'])
+def test_bf16_checkpoint_written_by_transformers_loads_bf16(tmp_path, arch):
+    "transformers 4.57 writes `dtype`, not `torch_dtype`: a bf16 checkpoint must load bf16 (issue 30)."
+    cfg = ModelConfig.tiny(vocab_size=300, **VARIANTS[arch])
+    model = _randomize(Qwen2(cfg, rngs=nnx.Rngs(0)))
+    save_hf(model, cfg, tmp_path, dtype='bfloat16')
+    hf = _transformers_rewrite(tmp_path)
+    assert hf['dtype'] == 'bfloat16' and 'torch_dtype' not in hf
+    loaded, c2 = load_hf(tmp_path)
+    assert c2.dtype == 'bfloat16'
+    assert all(v.dtype == jnp.bfloat16 for v in hf_state_dict(loaded).values())
+
+
+@pytest.mark.parametrize('arch', ['qwen2', 'qwen3'])
+def test_sliding_window_refused_by_name(tmp_path, arch):
+    "`use_sliding_window: true` with a layer that slides is refused, not silently run full (issue 30)."
+    transformers = pytest.importorskip('transformers')
+    kw = dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+    Cfg = transformers.Qwen2Config if arch == 'qwen2' else transformers.Qwen3Config
+    Cfg(**kw, use_sliding_window=True, sliding_window=8, max_window_layers=1).save_pretrained(tmp_path)
+    hf = json.loads((tmp_path / 'config.json').read_text())
+    assert hf['layer_types'] == ['full_attention', 'sliding_attention']
+    with pytest.raises(ValueError, match='use_sliding_window'): ModelConfig.from_hf_config(hf)
+    # a window on no layer (max_window_layers >= layers), or no window at all, reads as before
+    for extra in (dict(use_sliding_window=True, sliding_window=8, max_window_layers=2),
+                  dict(use_sliding_window=False, sliding_window=32768, max_window_layers=1)):
+        Cfg(**kw, **extra).save_pretrained(tmp_path)
+        c = ModelConfig.from_hf_config(json.loads((tmp_path / 'config.json').read_text()))
+        assert (c.arch, c.num_layers) == (arch, 2)

@@ -233,3 +233,78 @@ def test_tags_inside_json_strings(fmt):
     args = {'s': '</tool_call> <tool_call> <think> </think> <|python_tag|> ; }'}
     r = p.parse(p.format_calls([ToolCall('echo', args), ToolCall('b', {})]))
     assert r.calls == [ToolCall('echo', args), ToolCall('b', {})] and r.errors == []
+
+
+# ---- depth limits and linear streaming (issue 30) ------------------------------------------------
+
+def _at_stack_depth(frames: int, f):
+    "Call `f` under `frames` extra Python frames (as a server handler or a test runner would)."
+    return f() if frames == 0 else _at_stack_depth(frames - 1, f)
+
+
+def _deep_call(depth: int, fmt: str = 'qwen') -> str:
+    args = '{"x": ' + '[' * depth + ']' * depth + '}'
+    body = f'{{"name": "f", "arguments": {args}}}'
+    return body if fmt == 'llama3_json' else f'Calling. <tool_call>\n{body}\n</tool_call> done'
+
+
+@pytest.mark.parametrize('fmt', ['qwen', 'llama3_json'])
+@pytest.mark.parametrize('depth', [150, 198, 199, 200, 1000, 1495, 5000])
+def test_parse_does_not_depend_on_the_callers_stack(fmt, depth):
+    "The same text parses the same at top level and under 150 or 800 frames; the cap is explicit."
+    from tunix_agentic.core.trajectory import MAX_JSON_DEPTH
+    p, text = get_tool_parser(fmt), _deep_call(depth, fmt)
+    results = [_at_stack_depth(n, lambda: p.parse(text)) for n in (0, 150, 800)]
+    assert results[0] == results[1] == results[2]
+    nested = depth + 2  # the call object and "arguments" around the list
+    assert bool(results[0].calls) == (nested <= MAX_JSON_DEPTH)
+    if nested > MAX_JSON_DEPTH: assert 'nested deeper than 200' in results[0].errors[0]
+
+
+@pytest.mark.parametrize('depth', [150, 198, 199, 1495])
+def test_stream_of_deep_call_equals_batch_under_any_stack(depth):
+    "Streamed token by token under 800 frames, a deep call gives the batch answer; nothing raises."
+    from tunix_agentic.engines.streaming import StreamingToolParser
+    p, text = get_tool_parser('qwen'), _deep_call(depth)
+    def stream():
+        sp, content, calls = StreamingToolParser(p), '', []
+        for i in range(0, len(text), 3):
+            d, cs = sp.feed(text[i:i + 3]); content += d; calls += cs
+        d, cs, res = sp.finish()
+        return content + d, calls + cs, res.errors
+    want = p.parse(text)
+    for frames in (0, 800):
+        assert _at_stack_depth(frames, stream) == (want.content, want.calls, want.errors)
+
+
+def test_streaming_scans_each_character_a_bounded_number_of_times(monkeypatch):
+    """Linear, not quadratic: feeding a long answer one character at a time scans each character of
+    a call's JSON once (the old parser re-parsed the whole prefix per chunk)."""
+    from tunix_agentic.chat import parsers
+    from tunix_agentic.engines.streaming import StreamingToolParser
+    scanned = [0]
+    feed = parsers.JsonScanner.feed
+    def counting(self, s, i=0): scanned[0] += len(s) - i; return feed(self, s, i)
+    monkeypatch.setattr(parsers.JsonScanner, 'feed', counting)
+    block = _block('add', {'a': list(range(50))})
+    text = ' '.join(f'Step {i}: {block}' for i in range(40))
+    sp, content, calls = StreamingToolParser(get_tool_parser('qwen')), '', []
+    for ch in text:
+        d, cs = sp.feed(ch); content += d; calls += cs
+    streamed = scanned[0]
+    d, cs, res = sp.finish()
+    assert len(calls) == 40 and (content + d, calls + cs) == (res.content, res.calls)
+    assert streamed <= 3 * len(text), (streamed, len(text))  # twice per block: scan, then decode
+
+
+def test_text_deltas_decode_a_bounded_window():
+    "`text_deltas` decodes O(1) ids per token, not the growing prefix, and adds up to the decode."
+    from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
+    from tunix_agentic.engines.streaming import text_deltas
+    tok = build_tiny_tokenizer()
+    ids = tok.encode('12 × 34 = 408 ✓ ' * 200, add_special_tokens=False)
+    decoded = [0]
+    class Counting:
+        def decode(self, xs, **kw): decoded[0] += len(xs); return tok.decode(xs, **kw)
+    assert ''.join(text_deltas(Counting(), ids)) == tok.decode(ids, skip_special_tokens=False)
+    assert decoded[0] <= 10 * len(ids), (decoded[0], len(ids))

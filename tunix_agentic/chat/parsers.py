@@ -8,14 +8,14 @@ import json, logging, re
 from dataclasses import dataclass, field
 from typing import Any
 from fastcore.basics import patch
-from ..core.trajectory import Action, ToolCall, unique_id
+from ..core.trajectory import MAX_JSON_DEPTH, Action, ToolCall, unique_id
 from ..core.registry import Registry
 
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['ParseResult', 'call_from_json', 'calls_from_text', 'ToolParser', 'QwenToolParser', 'json_end', 'Qwen3ToolParser',
-           'Llama3JsonToolParser', 'register_tool_parser', 'get_tool_parser', 'get_tool_prompt']
+__all__ = ['ParseResult', 'JsonScanner', 'json_end', 'call_from_json', 'calls_from_text', 'ToolParser', 'QwenToolParser',
+           'Qwen3ToolParser', 'Llama3JsonToolParser', 'register_tool_parser', 'get_tool_parser', 'get_tool_prompt']
 
 # %% ../../nbs/02_chat/00_parsers.ipynb #22e654aa
 @dataclass
@@ -30,11 +30,63 @@ class ParseResult:
         return Action(content=self.content, tool_calls=list(self.calls), reasoning=self.reasoning,
                       parse_errors=list(self.errors), raw=raw)
 
+# %% ../../nbs/02_chat/00_parsers.ipynb #dea71d0a
+_IN_STRING, _OUTSIDE = re.compile(r'["\\]'), re.compile(r'["\[\]{}]')
+
+class JsonScanner:
+    "Where one JSON array or object ends, fed in pieces; refuses nesting deeper than `max_depth`."
+    def __init__(self, max_depth: int = MAX_JSON_DEPTH):
+        self.max_depth, self.depth, self.in_string, self.escaped = max_depth, 0, False, False
+        self.state = 'start'  # 'start' (whitespace so far), 'value', 'done', 'bad', 'too_deep'
+    def feed(self, s: str, i: int = 0) -> int:
+        "Scan `s[i:]`: the index just past the value's closing bracket, else -1 (see `state`)."
+        if self.state == 'start':
+            while i < len(s) and s[i].isspace(): i += 1
+            if i == len(s): return -1
+            self.state = 'value' if s[i] in '{[' else 'bad'
+        while self.state == 'value' and i < len(s):
+            if self.escaped: self.escaped, i = False, i + 1; continue
+            m = (_IN_STRING if self.in_string else _OUTSIDE).search(s, i)
+            if m is None: return -1
+            i, ch = m.end(), m.group()
+            if ch == '"': self.in_string = not self.in_string
+            elif ch == '\\': self.escaped = True
+            elif ch in '[{':
+                self.depth += 1
+                if self.depth > self.max_depth: self.state = 'too_deep'
+            elif (depth := self.depth - 1) >= 0:
+                self.depth = depth
+                if depth == 0: self.state = 'done'; return i
+        return -1
+
+# %% ../../nbs/02_chat/00_parsers.ipynb #b0fc9480
+_DECODER = json.JSONDecoder()
+
+def _too_deep(s: str, start: int = 0) -> bool:
+    "Does the JSON array or object at `start` nest deeper than `MAX_JSON_DEPTH`?"
+    (sc := JsonScanner()).feed(s, start)
+    return sc.state == 'too_deep'
+
+def json_end(text: str, start: int) -> int:
+    "End of the JSON array/object at `start` (whitespace around included); -1 if none decodes."
+    if (e := JsonScanner().feed(text, start)) < 0: return -1  # unfinished, not one, or too deep
+    j = start
+    while text[j].isspace(): j += 1
+    try: _, e = _DECODER.raw_decode(text, j)
+    except Exception: return -1
+    while e < len(text) and text[e].isspace(): e += 1
+    return e
+
 # %% ../../nbs/02_chat/00_parsers.ipynb #67aaefda
 def _snippet(s: str, n: int = 80) -> str:
     "A short, single-line excerpt of `s` for error messages."
     s = ' '.join(str(s).split())
     return s if len(s) <= n else s[:n - 3] + '...'
+
+def _loads_shallow(s: str) -> Any:
+    "`json.loads`, refusing nesting deeper than `MAX_JSON_DEPTH`."
+    if _too_deep(s): raise ValueError(f'nested deeper than {MAX_JSON_DEPTH}')
+    return json.loads(s)
 
 def call_from_json(obj: Any) -> tuple[ToolCall | None, str | None]:
     "Validate one decoded JSON value as a tool call: `(call, None)` or `(None, error)`."
@@ -49,7 +101,7 @@ def call_from_json(obj: Any) -> tuple[ToolCall | None, str | None]:
     name = name.strip()
     args = obj['arguments'] if 'arguments' in obj else obj.get('parameters')
     if isinstance(args, str):
-        try: args = json.loads(args) if args.strip() else None
+        try: args = _loads_shallow(args) if args.strip() else None
         except Exception as e:
             return None, f'"arguments" of {name!r} is a string but not valid JSON ({e})'
     if args is None: args = {}
@@ -68,6 +120,8 @@ def calls_from_text(body: str,  # the text inside one block
     s = body.strip()
     if m := _FENCE.match(s): s = m.group(1)
     if not s: return [], [f'empty {where}']
+    if _too_deep(s): return [], [f'invalid JSON in {where} (nested deeper than {MAX_JSON_DEPTH}): '
+                                f'{_snippet(s)}']
     try: obj, end = json.JSONDecoder().raw_decode(s)
     except Exception as e: return [], [f'invalid JSON in {where} ({e}): {_snippet(s)}']
     if s[end:].strip():
@@ -136,18 +190,6 @@ class QwenToolParser(ToolParser):
         return res
 
 # %% ../../nbs/02_chat/00_parsers.ipynb #9cb76bd5
-_DECODER = json.JSONDecoder()
-
-def json_end(text: str, start: int) -> int:
-    "End of the JSON value at `start` (leading/trailing whitespace included); -1 if none decodes."
-    j = start
-    while j < len(text) and text[j].isspace(): j += 1
-    if j >= len(text) or text[j] not in '{[': return -1
-    try: _, e = _DECODER.raw_decode(text, j)
-    except Exception: return -1
-    while e < len(text) and text[e].isspace(): e += 1
-    return e
-
 @patch
 def _block(self: QwenToolParser, text: str, start: int, res: ParseResult) -> int:
     "Read the block whose body starts at `start` into `res`; returns where to go on (-1: the end)."
@@ -219,6 +261,11 @@ class Llama3JsonToolParser(ToolParser):
         while True:
             while pos < len(t) and (t[pos].isspace() or t[pos] == ';'): pos += 1
             if pos >= len(t) or t[pos] not in '{[': break
+            if _too_deep(t, pos):
+                errors.append(f'invalid JSON in llama3 tool call (nested deeper than '
+                              f'{MAX_JSON_DEPTH}): {_snippet(t[pos:])}')
+                pos = len(t)
+                break
             try: obj, pos = dec.raw_decode(t, pos)
             except Exception as e:
                 errors.append(f'invalid JSON in llama3 tool call ({e}): {_snippet(t[pos:])}')

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json, logging, time, uuid
 from typing import AsyncIterator, Iterator
 from fastapi.responses import StreamingResponse
-from ..chat.parsers import ParseResult, QwenToolParser, ToolParser, json_end
+from ..chat.parsers import (JsonScanner, ParseResult, QwenToolParser, ToolParser,
+                                        calls_from_text, json_end)
+from ..core.trajectory import unique_id
 from .engine import GenerateOutput
 from ..core.trajectory import ToolCall
 from fastcore.basics import patch
@@ -38,35 +40,84 @@ class StreamingToolParser:
     "Feed text chunks; get content and tool-call deltas that never depend on the chunking."
     def __init__(self, parser: ToolParser):
         self.parser, self.incremental = parser, _incremental(parser)
-        self.text, self.content, self.calls = '', '', []  # what was sent so far
-    def _safe_end(self) -> int:
-        "Length of the prefix whose parse no later text can change."
-        if self.parser.name == 'plain': return len(self.text)
-        o, c, t, pos = self.parser.open_tag, self.parser.close_tag, self.text, 0
-        while (i := t.find(o, pos)) >= 0:
-            e = json_end(t, i + len(o))
-            if e < 0 or not t.startswith(c, e): return i  # unfinished (or malformed) block
-            pos = e + len(c)
-        k = next((k for k in range(min(len(o) - 1, len(t)), 0, -1) if t.endswith(o[:k])), 0)
-        return len(t) - k
+        self.calls: list[ToolCall] = []  # sent so far
+        self._chunks, self._sent, self._ws = [], [], []  # all text; content sent; held whitespace
+        self._held, self._stuck, self._ids = '', False, set()  # partial open tag; ...; call ids
+        self._block = self._scan = None  # an open block's body so far and its JSON scanner
+        self._after, self._tag = [], ''  # after the JSON: whitespace, then the close tag so far
+    @property
+    def text(self) -> str: return ''.join(self._chunks)
+    @property
+    def content(self) -> str: return ''.join(self._sent)
 
 # %% ../../nbs/05_engines/06_streaming.ipynb #ab890dd9
 @patch
+def _say(self: StreamingToolParser, piece: str) -> str:
+    "Content text found: the delta to send (stripped like the batch parser's content)."
+    if not self._sent: piece = piece.lstrip()
+    body = piece.rstrip()
+    if not body:
+        if self._sent: self._ws.append(piece)
+        return ''
+    delta = ''.join(self._ws) + body
+    self._ws = [piece[len(body):]]
+    self._sent.append(delta)
+    return delta
+
+@patch
+def _in_block(self: StreamingToolParser, s: str, calls: list[ToolCall]) -> str:
+    "Text inside an open block: settle it when its close tag is complete; returns the text after."
+    if self._scan.state != 'done':
+        e = self._scan.feed(s)
+        if self._scan.state in ('bad', 'too_deep'): self._stuck = True; return ''
+        self._block.append(s if e < 0 else s[:e])
+        if e < 0: return ''
+        s = s[e:]
+    if not self._tag:
+        rest = s.lstrip(); self._after.append(s[:len(s) - len(rest)]); s = rest
+    need = self.parser.close_tag[len(self._tag):]
+    if not s.startswith(need[:len(s)]): self._stuck = True; return ''  # not the close tag
+    self._tag += s[:len(need)]
+    if len(self._tag) < len(self.parser.close_tag): return ''
+    body = ''.join(self._block + self._after)
+    if json_end(body, 0) != len(body): self._stuck = True; return ''  # brackets close, bad JSON
+    got, _ = calls_from_text(body, f"{self.parser.open_tag.strip('<>|')} block")
+    for c in got:  # ids made unique as `ToolParser.parse` does
+        if c.id: c.id = unique_id(c.id, self._ids); self._ids.add(c.id)
+    calls += got
+    self._block, self._after, self._tag = None, [], ''
+    return s[len(need):]
+
+# %% ../../nbs/05_engines/06_streaming.ipynb #5aab0e4f
+@patch
 def _take(self: StreamingToolParser, res: ParseResult) -> tuple[str, list[ToolCall]]:
     "What `res` adds to what was sent: a content delta and new calls."
-    if not res.content.startswith(self.content) or res.calls[:len(self.calls)] != self.calls:
-        raise RuntimeError(f'streaming parse is not prefix-stable: sent {self.content[-40:]!r} '
+    sent = self.content
+    if not res.content.startswith(sent) or res.calls[:len(self.calls)] != self.calls:
+        raise RuntimeError(f'streaming parse is not prefix-stable: sent {sent[-40:]!r} '
                            f'and {len(self.calls)} calls, now {res.content[-40:]!r}, {res.calls}')
-    delta, self.content = res.content[len(self.content):], res.content
+    delta, self._sent = res.content[len(sent):], [res.content]
     calls, self.calls = res.calls[len(self.calls):], list(res.calls)
     return delta, calls
 
 @patch
 def feed(self: StreamingToolParser, chunk: str) -> tuple[str, list[ToolCall]]:
     "Add text; return the content delta and the calls that are now settled."
-    self.text += chunk
-    if not self.incremental: return '', []
-    return self._take(self.parser.parse(self.text[:self._safe_end()]))
+    self._chunks.append(chunk)
+    if not self.incremental or self._stuck: return '', []
+    if self.parser.name == 'plain': self._sent.append(chunk); return chunk, []
+    o, s, out, calls = self.parser.open_tag, self._held + chunk, [], []
+    self._held = ''
+    while s and not self._stuck:
+        if self._block is not None: s = self._in_block(s, calls); continue
+        if (i := s.find(o)) < 0:  # hold back a tail that may start the open tag
+            k = next((k for k in range(min(len(o) - 1, len(s)), 0, -1) if s.endswith(o[:k])), 0)
+            out.append(s[:len(s) - k]); self._held = s[len(s) - k:]
+            break
+        out.append(s[:i]); s = s[i + len(o):]
+        self._block, self._scan = [], JsonScanner()
+    self.calls += calls
+    return self._say(''.join(out)), calls
 
 @patch
 def finish(self: StreamingToolParser) -> tuple[str, list[ToolCall], ParseResult]:
@@ -75,15 +126,18 @@ def finish(self: StreamingToolParser) -> tuple[str, list[ToolCall], ParseResult]
     return (*self._take(res), res)
 
 # %% ../../nbs/05_engines/06_streaming.ipynb #73f8ab26
-def text_deltas(tokenizer, ids: list[int]) -> Iterator[str]:
+def text_deltas(tokenizer, ids: list[int], max_wait: int = 16) -> Iterator[str]:
     "The decoded text of `ids`, one piece per token (a partial UTF-8 character waits)."
-    done = ''
+    decode = lambda a, b: tokenizer.decode(ids[a:b], skip_special_tokens=False)
+    sent, start, read, base = [], 0, 0, ''  # window from `start`; `base`: its text up to `read`
     for k in range(1, len(ids) + 1):
-        s = tokenizer.decode(ids[:k], skip_special_tokens=False)
-        if (k < len(ids) and s.endswith('\ufffd')) or not s.startswith(done): continue
-        if len(s) > len(done): yield s[len(done):]
-        done = s
-    full = tokenizer.decode(ids, skip_special_tokens=False)
+        s = decode(start, k)
+        wait = (k < len(ids) and s.endswith('\ufffd')) or not s.startswith(base)
+        if wait and k - read < max_wait: continue
+        if s.startswith(base) and len(s) > len(base): sent.append(s[len(base):]); yield sent[-1]
+        start, read = read, k
+        base = decode(start, read)
+    done, full = ''.join(sent), tokenizer.decode(ids, skip_special_tokens=False)
     if full != done:
         if full.startswith(done): yield full[len(done):]
         else: _log.warning('decode is not prefix-stable; the stream ends at %r', done[-20:])

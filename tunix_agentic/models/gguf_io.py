@@ -43,11 +43,12 @@ def gemma3_config(meta: dict, dtype: str = 'float32') -> Gemma3Config:
     if meta.get('general.architecture') != 'gemma3':
         raise ValueError(f"general.architecture={meta.get('general.architecture')!r}; expected 'gemma3'")
     g = lambda k, d=None: meta.get('gemma3.' + k, d)
-    n, hd = g('block_count'), g('attention.key_length')
+    n, hd, d, nh = (g(k) for k in ('block_count', 'attention.key_length', 'embedding_length',
+                                   'attention.head_count'))
     return Gemma3Config(vocab_size=len(meta['tokenizer.ggml.tokens']),
-        hidden_size=g('embedding_length'), intermediate_size=g('feed_forward_length'),
-        num_layers=n, num_heads=g('attention.head_count'),
-        num_kv_heads=g('attention.head_count_kv'), head_dim=hd, query_pre_attn_scalar=float(hd),
+        hidden_size=d, intermediate_size=g('feed_forward_length'), num_layers=n, num_heads=nh,
+        num_kv_heads=g('attention.head_count_kv'), head_dim=hd,
+        query_pre_attn_scalar=float(d // nh if n == 62 else hd),  # llama.cpp: 27B by size
         layer_types=tuple('full_attention' if (i + 1) % 6 == 0 else 'sliding_attention'
                           for i in range(n)),
         sliding_window=g('attention.sliding_window'), rope_theta=float(g('rope.freq_base', 1e6)),

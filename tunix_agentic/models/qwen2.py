@@ -18,8 +18,9 @@ from .attention import attention_scores, attend_rowwise
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['DTYPES', 'ModelConfig', 'hf_shape', 'RMSNorm', 'rope', 'KVCache', 'attend', 'Attention', 'MLP', 'DecoderLayer',
-           'Qwen2', 'hf_name', 'hf_param_names', 'safetensors_files', 'load_hf', 'hf_state_dict', 'save_hf']
+__all__ = ['DTYPES', 'ModelConfig', 'hf_dtype', 'hf_shape', 'RMSNorm', 'rope', 'KVCache', 'attend', 'Attention', 'MLP',
+           'DecoderLayer', 'Qwen2', 'hf_name', 'hf_param_names', 'safetensors_files', 'load_hf', 'hf_state_dict',
+           'save_hf']
 
 # %% ../../nbs/04_models/01_qwen2.ipynb #9210840a
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16, 'float16': jnp.float16}
@@ -76,6 +77,11 @@ class ModelConfig:
     def replace(self, **kw) -> ModelConfig: return dataclasses.replace(self, **kw)
 
 # %% ../../nbs/04_models/01_qwen2.ipynb #cd63424e
+def hf_dtype(hf: dict) -> str:
+    "The parameter dtype of an HF config (`dtype` from transformers 4.57 on, else `torch_dtype`)."
+    name = hf.get('dtype') or hf.get('torch_dtype')
+    return name if name in ('bfloat16', 'float16') else 'float32'
+
 def hf_shape(hf: dict, dtype: str | None = None) -> dict:
     "The `ModelConfig` fields every decoder family reads alike from an HF `config.json`."
     nh, eos = hf['num_attention_heads'], hf.get('eos_token_id')
@@ -86,8 +92,7 @@ def hf_shape(hf: dict, dtype: str | None = None) -> dict:
         rope_theta=float(hf.get('rope_theta', 10000.0)), rms_norm_eps=hf.get('rms_norm_eps', 1e-6),
         tie_word_embeddings=hf.get('tie_word_embeddings', False),
         max_position_embeddings=hf.get('max_position_embeddings', 32768),
-        dtype=dtype or {'bfloat16': 'bfloat16', 'float16': 'float16'}.get(hf.get('torch_dtype'),
-                                                                        'float32'),
+        dtype=dtype or hf_dtype(hf),
         bos_token_id=hf.get('bos_token_id'),
         eos_token_id=eos if not isinstance(eos, list) else eos[0])
 
@@ -102,6 +107,13 @@ def from_hf_config(cls: ModelConfig, hf: dict, dtype: str | None = None) -> Mode
     rs = hf.get('rope_scaling')
     if rs and rs.get('rope_type', rs.get('type')) not in (None, 'default'):
         raise ValueError(f'rope_scaling={rs!r} is not supported; expected null or type "default"')
+    n = hf['num_hidden_layers']
+    types = hf.get('layer_types') or ['sliding_attention' if hf.get('use_sliding_window')
+        and i >= hf.get('max_window_layers', 28) else 'full_attention' for i in range(n)]
+    if 'sliding_attention' in types:
+        raise ValueError(f"use_sliding_window={hf.get('use_sliding_window')} (sliding_window="
+            f"{hf.get('sliding_window')}, max_window_layers={hf.get('max_window_layers')}) is not "
+            'supported; expected every layer full_attention')
     attn_bias = hf.get('attention_bias', False)
     return cls(arch=arch, **hf_shape(hf, dtype), qkv_bias=True if arch == 'qwen2' else attn_bias,
                o_bias=False if arch == 'qwen2' else attn_bias, qk_norm=arch == 'qwen3')
