@@ -268,7 +268,8 @@ class RolloutServer:
         self.manager = ToolManager(tools)
         loader = functools.partial(load_tokenizer, trust_remote_code=s.tokenizer_trust_remote_code)
         self.tokenizers = tokenizers or TokenizerCache(s.tokenizer_cache_size, loader)
-        self.gate = OnceGate(s.max_concurrent_rollouts, s.max_queued_rollouts, s.result_keep_s)
+        self.gate = OnceGate(s.max_concurrent_rollouts, s.max_queued_rollouts, s.result_keep_s,
+                             keep_max=max(1000, 4 * s.max_concurrent_rollouts))  # bounded memory
         self._managers: dict[tuple, ToolManager] = {}
         self._clients: ClientPool | None = None
         r = self.registry = prom.CollectorRegistry()
