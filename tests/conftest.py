@@ -78,6 +78,6 @@ def two_sync_steps_over_workers(pool, tasks, out_dir):
                                                      tensorboard=False))
     recs = lp.run()
     assert [r['step'] for r in recs] == [0, 1] and all(r['episodes'] == 4 for r in recs)
-    assert pool.engine.versions() == [[0, 1, 2], [0, 1, 2]]  # every worker got every version
+    assert pool.weights.versions() == [[0, 1, 2], [0, 1, 2]]  # every worker got every version
     assert all(r['max_staleness_trained'] == 0 for r in recs)
     assert len(read_metrics(out_dir / 'metrics.jsonl')) == 2

@@ -4,7 +4,7 @@ import asyncio, random, time
 import pytest
 
 from tunix_agentic.chat.encoder import response_spans as spans
-from tunix_agentic.rollout.ray_workers import multiply_solver
+from tunix_agentic.rollout.workers import multiply_solver
 from tunix_agentic.rollout.collector import CollectConfig, EpisodeState, TrajectoryCollector, derive_seed
 from tunix_agentic.rollout.dumps import DumpWriter, load_step
 from tunix_agentic.envs.environments import EnvGroup, EnvSpec, ToolEnvironment

@@ -124,21 +124,19 @@ async def test_tools_kwargs_reach_stateful_tools():
     assert done and info['tools'] and r2 == sum(info['tools'].values())
 
 
-def test_agent_messages_and_steps():
+def test_agent_parses_and_observes():
     agent = ToolAgent('sys', 'qwen', tools=[{'type': 'function', 'function': {'name': 'add'}}])
-    agent.update_from_env({'question': '1+2?'}, 0.0, False, {})
-    a = agent.update_from_model('<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>')
+    first = agent.prompt({'question': '1+2?'})
+    a = agent.parse('<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>')
     assert [c.name for c in a.tool_calls] == ['add'] and not a.is_final
-    agent.update_from_env({'tool_outputs': [ToolOutput('add', output='3', call_id='c0')]}, 0.0, False, {})
-    bad = agent.update_from_model('<tool_call>\n{"name": "add", "arguments": \n</tool_call>')
+    tool = agent.observe({'tool_outputs': [ToolOutput('add', output='3', call_id='c0')]})
+    bad = agent.parse('<tool_call>\n{"name": "add", "arguments": \n</tool_call>')
     assert bad.parse_errors and not bad.is_final
-    agent.update_from_env({'tool_outputs': [ToolOutput('parser', error='bad')]}, 0.0, False, {})
-    fin = agent.update_from_model('3')
-    agent.update_from_env({}, 1.0, True, {'status': 'done'})
+    fin = agent.parse('3')
     assert fin.is_final
-    assert [m['role'] for m in agent.chat_completions] == ['system', 'user', 'assistant', 'tool', 'assistant',
-                                                           'tool', 'assistant']
-    assert [s.reward for s in agent.trajectory.steps] == [0.0, 0.0, 1.0]
+    assert [m['role'] for m in first + tool] == ['system', 'user', 'tool']
+    agent.reset(tools=[])
+    assert agent.tools == []
     assert observation_to_messages('hi') == [{'role': 'user', 'content': 'hi'}]
     with pytest.raises(TypeError): observation_to_messages(3)
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
-from tunix_agentic.rollout.episode import Episode
+from tunix_agentic.rollout.episode import Episode, EpisodeConfig
 from tunix_agentic.ui.episode_driver import EpisodeDriver, run_async
 from tunix_agentic.engines.engine import GenerateOutput, SamplingParams, ScriptedEngine, _sp_text_for
 from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
@@ -145,9 +145,9 @@ def test_a_hung_engine_times_out_alike(hang_at):
 
 def test_model_output_never_raises():
     "Whatever the engine returns (odd ids, cut mid-token, no stop), the episode goes on or ends."
-    cfg = CollectConfig.tiny(group_size=1, max_turns=3)
-    ep = Episode(TASK, envs().make(TASK), __import__('tunix_agentic.envs.agents').agents.ToolAgent(),
-                 TOK, cfg, env_seed=1)
+    from tunix_agentic.envs.agents import ToolAgent
+    cfg = EpisodeConfig.tiny(max_turns=3)
+    ep = Episode(TASK, envs().make(TASK), ToolAgent(), TOK, cfg, env_seed=1)
     run_async(ep.start())
     for ids in ([], [TOK.convert_tokens_to_ids('<|im_start|>')] * 3, list(range(40)), [10**6]):
         if ep.done: break

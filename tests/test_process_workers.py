@@ -3,7 +3,7 @@ a dead parent, dumps, the online loop)."""
 import dataclasses, functools, logging, os, signal, subprocess, sys, textwrap, threading, time
 import pytest
 from tunix_agentic.rollout.process_workers import ProcessCollector, WorkerDied, WorkerError
-from tunix_agentic.rollout.ray_workers import scripted_calculator
+from tunix_agentic.rollout.workers import scripted_calculator
 
 TASKS = [{'question': f'What is {a}*{a + 7}?', 'answer': str(a * (a + 7) + (a % 3 == 0))}
          for a in range(11, 27)]
@@ -88,7 +88,7 @@ def test_a_dead_parent_ends_its_workers(tmp_path):
     script.write_text(textwrap.dedent('''
         import os, sys
         from tunix_agentic.rollout.process_workers import ProcessCollector
-        from tunix_agentic.rollout.ray_workers import scripted_calculator
+        from tunix_agentic.rollout.workers import scripted_calculator
         if __name__ == '__main__':
             pc = ProcessCollector(scripted_calculator, 2)
             print(' '.join(str(w.process.pid) for w in pc.workers), flush=True)
@@ -130,7 +130,7 @@ def test_online_loop_on_worker_processes(tmp_path):
 
 def test_workers_sampling_from_a_central_engine():
     "The engine lives in this process behind an EngineServer; workers sample over HTTP."
-    from tunix_agentic.rollout.ray_workers import multiply_solver
+    from tunix_agentic.rollout.workers import multiply_solver
     from tunix_agentic.engines.engine import ScriptedEngine
     from tunix_agentic.engines.server import EngineServer
     from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
@@ -138,11 +138,11 @@ def test_workers_sampling_from_a_central_engine():
     engine = ScriptedEngine(tok, multiply_solver, logprob=-0.25)
     with EngineServer(engine, tok) as srv:
         with ProcessCollector(functools.partial(scripted_calculator, 2, engine_url=srv.url), 2,
-                              engine=engine) as pc:
+                              weights=engine) as pc:
             got = pc.run(TASKS[:8])
             want = scripted_calculator(2, logprob=-0.25).run(TASKS[:8])
             assert [_key(t) for t in got] == [_key(t) for t in want]
-            pc.engine.update_params(None, 5)  # the weights go to the central engine only
+            pc.weights.update_params(None, 5)  # the weights go to the central engine only
             assert all(t.metrics['policy_version_last'] == 5 for t in pc.run(TASKS[:2]))
 
 
@@ -180,7 +180,7 @@ def test_new_weights_reach_every_workers_jax_engine():
     with ProcessCollector(_default_model_collector, 2, groups_per_worker=2) as pc:
         before = pc.call(_param_sums)
         assert before[0] == before[1] and before[0] != want
-        pc.engine.update_params(model, 3)
+        pc.weights.update_params(model, 3)
         after = pc.call(_param_sums)
         assert after[0] == after[1]
         np.testing.assert_allclose(after[0], want, rtol=1e-6)

@@ -263,7 +263,7 @@ def test_a_dead_workers_slots_come_back(cluster):
 
 # ---------------------------------------------------------------- rollout workers
 def make_collector():
-    from tunix_agentic.rollout.ray_workers import scripted_calculator
+    from tunix_agentic.rollout.workers import scripted_calculator
     return scripted_calculator(2, logprob=-0.25)
 
 
@@ -296,7 +296,7 @@ def test_64_episodes_over_4_workers_equal_one_process(cluster):
 def _limited_collector(lim):
     "The workers' collector, its tool calls under the cluster-wide limit `lim`."
     from tunix_agentic.tools.ratelimit import ToolRateLimiter
-    from tunix_agentic.rollout.ray_workers import scripted_calculator
+    from tunix_agentic.rollout.workers import scripted_calculator
     return scripted_calculator(2, logprob=-0.25, tool_ms=50, max_concurrency=16,
                                rate_limiter=ToolRateLimiter(global_limiter=lim))
 
@@ -343,10 +343,10 @@ def test_workers_sampling_from_a_central_engine(cluster):
     engine = ScriptedEngine(tok, multiply_solver, logprob=-0.25)
     with EngineServer(engine, tok) as srv:
         rc = RayCollector(functools.partial(scripted_calculator, 2, engine_url=srv.url),
-                          num_workers=2, num_cpus=0.5, engine=engine)
+                          num_workers=2, num_cpus=0.5, weights=engine)
         try:
             got = rc.run(TASKS[:8])
             assert [_key(t) for t in got] == [_key(t) for t in make_collector().run(TASKS[:8])]
-            rc.engine.update_params(None, 5)  # the weights go to the central engine only
+            rc.weights.update_params(None, 5)  # the weights go to the central engine only
             assert all(t.metrics['policy_version_last'] == 5 for t in rc.run(TASKS[:2]))
         finally: rc.close()

@@ -4,12 +4,12 @@
 
 # %% ../../nbs/03_envs/01_environments.ipynb #750409ef
 from __future__ import annotations
-import functools, inspect, logging, random, time
+import inspect, logging, random, time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 from fastcore.basics import patch
-from ..core.trajectory import Action, ToolOutput, RewardOutput
+from ..core.trajectory import Action, ToolOutput, RewardOutput, TrajectoryStatus
 from .rewards import get_reward_fn
 from ..core.registry import Registry
 
@@ -17,8 +17,31 @@ _log = logging.getLogger(__name__)
 Observation = dict[str, Any]
 
 # %% auto #0
-__all__ = ['Observation', 'ENV_REGISTRY', 'TOOLSETS', 'as_action', 'BaseEnv', 'register_env', 'resolve_tools', 'env_from_dict',
-           'ToolEnvironment', 'task_observation', 'SingleTurnEnv', 'EnvSpec', 'EnvGroup']
+__all__ = ['Observation', 'ENV_REGISTRY', 'TOOLSETS', 'StepResult', 'as_action', 'BaseEnv', 'as_step_result', 'register_env',
+           'resolve_tools', 'env_from_dict', 'ToolEnvironment', 'task_observation', 'SingleTurnEnv', 'EnvSpec',
+           'EnvGroup']
+
+# %% ../../nbs/03_envs/01_environments.ipynb #70b96150
+@dataclass
+class StepResult:
+    "One environment step: the next observation, the reward, whether and how the episode ended."
+    observation: Observation | str | None = None  # the next observation (messages for the agent)
+    reward: float = 0.0
+    done: bool = False
+    status: TrajectoryStatus | str = 'done'  # how the episode ended, once `done`
+    error: str | None = None  # why it failed (`status='error'`)
+    tool_calls: int = 0  # tool calls run this step
+    tool_errors: int = 0  # of them, the failed ones
+    info: dict = field(default_factory=dict)  # anything else for the step's record (reward parts)
+    def __post_init__(self): self.status = TrajectoryStatus(self.status)
+    def as_info(self) -> dict:
+        "The step record's info: `info`, the tool counts and, once done, the status and error."
+        end = {'status': self.status.value} | ({'error': self.error} if self.error else {})
+        return {**self.info, 'tool_calls': self.tool_calls, 'tool_errors': self.tool_errors,
+                **(end if self.done else {})}
+    def __iter__(self):
+        "Unpacks as the classic `(observation, reward, done, info)`."
+        return iter((self.observation, self.reward, self.done, self.as_info()))
 
 # %% ../../nbs/03_envs/01_environments.ipynb #a69b14bc
 def as_action(action: Action | str | None) -> Action:
@@ -28,25 +51,32 @@ def as_action(action: Action | str | None) -> Action:
     return Action(content=text, raw=text)
 
 class BaseEnv(ABC):
-    "An environment: async `reset(seed)` and `step(action)`; `step` never raises."
+    "An environment: async `reset(seed)` and `step(action) -> StepResult`; `step` never raises."
     name: str = 'base'
+    default_max_turns: int = 1
     def __init__(self, task: dict | Callable[[random.Random], dict] | None = None, *,
-                 max_turns: int = 1): # most agent turns per episode
+                 max_turns: int | None = None, # most agent turns (None: `default_max_turns`)
+                 reward_fn: Any = None): # scores final answers: a name, callable, {name: weight}
+        max_turns = type(self).default_max_turns if max_turns is None else max_turns
         if max_turns < 1: raise ValueError(f'max_turns must be >= 1, got {max_turns}')
         self.task_source, self.max_turns = task, max_turns
         self.task: dict = task if isinstance(task, dict) else {}
-        # reset(seed) replaces rng; an unseeded Random() here would read os.urandom for every env made
+        self.reward_fn = None if reward_fn is None else get_reward_fn(reward_fn)
+        # reset(seed) replaces rng; an unseeded Random() here would read os.urandom for each env
         self.seed, self.rng, self.step_count, self.done = None, random.Random(0), 0, False
 
     @property
     def tool_schemas(self) -> list[dict]:
         "OpenAI schemas of the tools this environment offers (none by default)."
         return []
+    async def tool_rewards(self) -> dict[str, float]:
+        "Rewards of stateful tools at the end of the episode (none by default)."
+        return {}
 
     @abstractmethod
-    async def _reset(self) -> tuple[Observation, dict]: ...
+    async def _reset(self) -> Observation | str: ...
     @abstractmethod
-    async def _step(self, action: Action) -> tuple[Observation, float, bool, dict]: ...
+    async def _step(self, action: Action) -> StepResult: ...
     async def close(self):
         "Release what the episode holds (tool instances); idempotent."
 
@@ -57,27 +87,35 @@ async def reset(self: BaseEnv, seed: int | None = None) -> tuple[Observation, di
     await self.close()
     self.seed, self.rng, self.step_count, self.done = seed, random.Random(seed), 0, False
     if callable(self.task_source): self.task = dict(self.task_source(self.rng))
-    obs, info = await self._reset()
+    out = await self._reset()
+    obs, info = out if isinstance(out, tuple) else (out, {})  # `(obs, info)` still accepted
     return obs, {'seed': seed, 'tools': self.tool_schemas, **info}
 
 @patch
-async def step(self: BaseEnv, action: Action | str) -> tuple[Observation, float, bool, dict]:
-    "Answer one agent turn; exceptions become an error observation with `done=True`."
+async def step(self: BaseEnv, action: Action | str) -> StepResult:
+    "Answer one agent turn; exceptions become an error result with `done=True`."
     if self.done:
-        err = f'{self.name}: step() called after the episode ended; call reset() first'
-        return _error_obs(err), 0.0, True, {'status': 'error', 'error': err}
+        return _failed(f'{self.name}: step() called after the episode ended; call reset() first')
     self.step_count += 1
-    try:
-        obs, reward, done, info = await self._step(as_action(action))
+    try: res = as_step_result(await self._step(as_action(action)))
     except Exception as e:
         _log.warning('%s.step failed: %r', self.name, e)
-        err = f'{type(e).__name__}: {e}'
-        obs, reward, done, info = _error_obs(err), 0.0, True, {'status': 'error', 'error': err}
-    self.done = bool(done)
-    return obs, float(reward), self.done, info
+        res = _failed(f'{type(e).__name__}: {e}')
+    res.reward, self.done = float(res.reward), bool(res.done)
+    return res
 
-def _error_obs(err: str) -> Observation:
-    return {'tool_outputs': [ToolOutput(name='environment', error=err)]}
+def _failed(err: str) -> StepResult:
+    obs = {'tool_outputs': [ToolOutput(name='environment', error=err)]}
+    return StepResult(obs, 0.0, True, status='error', error=err)
+
+def as_step_result(out: StepResult | tuple) -> StepResult:
+    "A `StepResult` from a result or a classic `(observation, reward, done, info)` tuple."
+    if isinstance(out, StepResult): return out
+    obs, reward, done, info = out
+    info = dict(info or {})
+    return StepResult(obs, reward, done, status=info.pop('status', 'done'),
+                      error=info.pop('error', None), tool_calls=int(info.pop('tool_calls', 0)),
+                      tool_errors=int(info.pop('tool_errors', 0)), info=info)
 
 # %% ../../nbs/03_envs/01_environments.ipynb #24f16fbd
 ENV_REGISTRY: dict[str, type[BaseEnv]] = Registry('env')
@@ -122,41 +160,40 @@ def _as_manager(tools: Any):
 @register_env('tool')
 class ToolEnvironment(BaseEnv):
     "Executes tool calls through a ToolSession; a turn without calls is the scored final answer."
+    default_max_turns = 8
     def __init__(self, task: dict | Callable[[random.Random], dict] | None = None,
                  tools: Any = None, # ToolManager, list of tools, or toolset name
                  reward_fn: Any = 'gsm8k', # registered name, callable, {name: weight}, or None
-                 max_turns: int = 8):
-        super().__init__(task, max_turns=max_turns)
+                 max_turns: int | None = None): # None: 8
+        super().__init__(task, max_turns=max_turns, reward_fn=reward_fn)
         self.manager = _as_manager(tools if tools is not None else [])
-        self.reward_fn = None if reward_fn is None else get_reward_fn(reward_fn)
         self.session = None
 
     @property
     def tool_schemas(self) -> list[dict]: return list(self.manager.schemas)
 
-    async def _reset(self) -> tuple[Observation, dict]:
+    async def _reset(self) -> Observation:
         self.session = self.manager.session(self.task.get('tools_kwargs'))
         await self.session.start()
-        return task_observation(self.task), {}
+        return task_observation(self.task)
+    async def tool_rewards(self) -> dict[str, float]:
+        return dict(await self.session.calc_rewards()) if self.session is not None else {}
 
     async def close(self):
         s, self.session = self.session, None
         if s is not None: await s.release()
 
-    async def _step(self, action: Action) -> tuple[Observation, float, bool, dict]:
-        if action.is_final:
-            reward, parts = await self._final_reward(action)
-            return {}, reward, True, {'status': 'done', 'final_reward': reward, **parts}
+    async def _step(self, action: Action) -> StepResult:
+        if action.is_final: return await self.score(action)
         outputs = await self.session.execute(list(action.tool_calls)) if action.tool_calls else []
-        info = {'tool_calls': len(action.tool_calls), 'tool_errors': sum(not o.ok for o in outputs),
-                'parse_errors': len(action.parse_errors)}
-        reward = sum(float(o.reward or 0.0) for o in outputs)
         outputs = list(outputs) + [
             ToolOutput(name='parser', error=f'could not parse the tool call: {e}')
             for e in action.parse_errors]
-        if self.step_count >= self.max_turns:
-            return {'tool_outputs': outputs}, reward, True, {**info, 'status': 'max_turns'}
-        return {'tool_outputs': outputs}, reward, False, info
+        return StepResult({'tool_outputs': outputs}, sum(float(o.reward or 0.0) for o in outputs),
+                          done=self.step_count >= self.max_turns, status='max_turns',
+                          tool_calls=len(action.tool_calls),
+                          tool_errors=sum(not o.ok for o in outputs[:len(action.tool_calls)]),
+                          info={'parse_errors': len(action.parse_errors)})
 
 def task_observation(task: dict) -> Observation:
     "The first observation of a task: its messages, or its question."
@@ -168,31 +205,29 @@ def task_observation(task: dict) -> Observation:
 
 # %% ../../nbs/03_envs/01_environments.ipynb #18ffc374
 @patch
-async def _final_reward(self: BaseEnv, action: Action) -> tuple[float, dict]:
-    "Reward function on the answer plus stateful tools' `calc_reward`s."
+async def score(self: BaseEnv, action: Action) -> StepResult:
+    "The final answer's result: `reward_fn` on the answer plus the stateful tools' rewards."
     parts: dict[str, Any] = {}
-    if getattr(self, 'reward_fn', None) is not None:
+    if self.reward_fn is not None:
         out = self.reward_fn(self.task, action)
         if inspect.isawaitable(out): out = await out
         if not isinstance(out, RewardOutput): out = RewardOutput(float(out))
         parts['answer'], parts['reward_metadata'] = out.reward, out.metadata
-    session = getattr(self, 'session', None)
-    tool_rewards = await session.calc_rewards() if session is not None else {}
-    parts['tools'] = dict(tool_rewards)
-    return parts.get('answer', 0.0) + sum(tool_rewards.values()), parts
+    parts['tools'] = await self.tool_rewards()
+    reward = parts.get('answer', 0.0) + sum(parts['tools'].values())
+    return StepResult({}, reward, True, info={'final_reward': reward, **parts})
 
 # %% ../../nbs/03_envs/01_environments.ipynb #2f7d0639
 @register_env('single_turn')
 class SingleTurnEnv(BaseEnv):
     "One question, one answer, one reward."
     def __init__(self, task: dict | Callable[[random.Random], dict] | None = None,
-                 reward_fn: Any = 'exact_match', max_turns: int = 1):
-        super().__init__(task, max_turns=1)
-        self.reward_fn = None if reward_fn is None else get_reward_fn(reward_fn)
-    async def _reset(self) -> tuple[Observation, dict]: return task_observation(self.task), {}
-    async def _step(self, action: Action) -> tuple[Observation, float, bool, dict]:
-        reward, parts = await self._final_reward(action)
-        return {}, reward, True, {'status': 'done', 'final_reward': reward, **parts}
+                 reward_fn: Any = 'exact_match', max_turns: int | None = None): # only 1 (or None)
+        if max_turns not in (None, 1):
+            raise ValueError(f'SingleTurnEnv plays one turn; max_turns must be 1, got {max_turns}')
+        super().__init__(task, reward_fn=reward_fn)
+    async def _reset(self) -> Observation: return task_observation(self.task)
+    async def _step(self, action: Action) -> StepResult: return await self.score(action)
 
 # %% ../../nbs/03_envs/01_environments.ipynb #c813a4be
 @dataclass(frozen=True, kw_only=True)
@@ -200,11 +235,11 @@ class EnvSpec:
     "How to build the environment of one task type."
     env: str | type = 'tool'  # registered env name or class
     tools: Any = None  # toolset name, list of tools, or a ToolManager
-    reward_fn: Any = 'gsm8k'  # registered name, callable, or {name: weight}
-    max_turns: int = 8  # agent turns per episode
+    reward_fn: Any = None  # registered name, callable, or {name: weight} (None: the env's own)
+    max_turns: int | None = None  # agent turns per episode (None: the env's own default)
     kwargs: dict = field(default_factory=dict)  # extra constructor arguments
     def __post_init__(self):
-        if self.max_turns < 1:
+        if self.max_turns is not None and self.max_turns < 1:
             raise ValueError(f'EnvSpec.max_turns must be >= 1, got {self.max_turns}')
 
 class EnvGroup:
@@ -235,29 +270,27 @@ class EnvGroup:
     def from_dict(cls, d: Mapping[str, dict], **kw) -> EnvGroup: return cls(dict(d), **kw)
 
 # %% ../../nbs/03_envs/01_environments.ipynb #dd8468f0
-@functools.lru_cache(maxsize=256)
-def _init_params(cls: type) -> frozenset[str]:
-    "The parameter names of `cls(...)` (`inspect.signature` costs ~0.3 ms a call)."
-    return frozenset(inspect.signature(cls).parameters)
-
 @patch
 def make(self: EnvGroup, row: dict) -> BaseEnv:
-    "A fresh environment for this row, built from its type's spec."
+    "A fresh environment for this row, built from what its type's spec sets (nothing else)."
     t = self.task_type(row)
     spec = self.specs[t]
     cls = spec.env if isinstance(spec.env, type) else ENV_REGISTRY[spec.env]
-    kw = dict(task=row, max_turns=spec.max_turns, **spec.kwargs)
-    params = _init_params(cls)
-    if 'reward_fn' in params: kw['reward_fn'] = spec.reward_fn
-    if 'tools' in params:
-        if t not in self._managers:
-            self._managers[t] = _as_manager(spec.tools if spec.tools is not None else [])
+    kw = dict(task=row, **spec.kwargs)
+    if spec.max_turns is not None: kw['max_turns'] = spec.max_turns
+    if spec.reward_fn is not None: kw['reward_fn'] = spec.reward_fn
+    if spec.tools is not None:
+        if t not in self._managers: self._managers[t] = _as_manager(spec.tools)
         kw['tools'] = self._managers[t]
-    env = cls(**kw)
+    try: env = cls(**kw)
+    except TypeError as e:
+        raise TypeError(f'task type {t!r}: {cls.__name__} does not take its spec ({e})') from None
     env.name = t
     return env
 
 @patch
 def max_turns(self: EnvGroup, row: dict) -> int:
     "The turn budget of this row's task type."
-    return self.specs[self.task_type(row)].max_turns
+    spec = self.specs[self.task_type(row)]
+    cls = spec.env if isinstance(spec.env, type) else ENV_REGISTRY[spec.env]
+    return cls.default_max_turns if spec.max_turns is None else spec.max_turns

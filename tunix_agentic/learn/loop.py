@@ -14,6 +14,7 @@ from fastcore.basics import patch
 from flax import nnx
 from ..core.trajectory import Trajectory, TrajectoryStatus
 from ..rollout.dumps import DumpWriter
+from ..rollout.collector import Collector
 _log = logging.getLogger(__name__)
 
 # %% auto #0
@@ -144,7 +145,7 @@ def read_tb_scalars(folder: str | Path) -> dict[str, list[tuple[int, float]]]:
 class OnlineLoop:
     "Collect → queue → train → push weights, sync or async with bounded staleness."
     def __init__(self, trainer, # a `trainer.Trainer`
-                 collector, # a `collector.TrajectoryCollector` (its `engine` gets the weights)
+                 collector: Collector, # e.g. a `TrajectoryCollector`; its `weights` get the weights
                  tasks: Iterable[dict], # task rows, cycled
                  cfg: LoopConfig | None = None,
                  *, success_threshold: float = 1.0, # reward counted as a success
@@ -160,7 +161,7 @@ class OnlineLoop:
         self.dropped_stale = 0
         self.history_staleness: list[int] = []   # staleness of every trained episode
     @property
-    def engine(self): return self.collector.engine
+    def engine(self): return self.collector.weights  # where new weights go
     @property
     def metrics_path(self) -> Path: return self.out / 'metrics.jsonl'
     @property

@@ -4,9 +4,9 @@
 
 # %% ../../nbs/06_rollout/02_collector.ipynb #55480e59
 from __future__ import annotations
-import asyncio, contextlib, gc, inspect, itertools, logging, threading, time
+import asyncio, contextlib, dataclasses, gc, itertools, logging, threading, time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol, runtime_checkable
 from fastcore.basics import patch
 from ..core.trajectory import Trajectory, TrajectoryStatus
 from ..engines.engine import BaseEngine, SamplingParams, run_sync
@@ -15,49 +15,44 @@ from ..envs.environments import BaseEnv, EnvGroup
 from ..envs.agents import BaseAgent, ToolAgent
 from .dumps import DumpWriter
 from ..chat.encoder import chat_format
-from .episode import Episode, EpisodeState, derive_seed, publish
+from .episode import (Episode, EpisodeConfig, EpisodeState, checks_prefix,
+                                           derive_seed, publish)
 
 # %% auto #0
-__all__ = ['CollectConfig', 'TrajectoryCollector', 'frozen_heap']
+__all__ = ['CollectConfig', 'TrajectoryCollector', 'frozen_heap', 'WeightsSink', 'Collector']
 
 # %% ../../nbs/06_rollout/02_collector.ipynb #10db5017
 _log = logging.getLogger(__name__)
 _S = TrajectoryStatus
 
 # %% ../../nbs/06_rollout/02_collector.ipynb #b3753f2e
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, init=False)
 class CollectConfig:
-    "Budgets, grouping and sampling of a collection run."
-    max_turns: int = 8  # agent turns per episode (the environment's own limit applies too)
-    max_seq_len: int = 2048  # prompt + all turns, in tokens
-    episode_timeout_s: float = 120.0  # wall clock per episode, from its start (not its queueing)
+    "An `EpisodeConfig` plus concurrency, groups, seeds and dumps of a collection run."
+    episode: EpisodeConfig
     max_concurrency: int = 256  # episodes in flight at once
     group_size: int = 1  # G samples per task (GRPO group); members share the env seed
-    gamma: float = 1.0  # discount of the Monte Carlo returns
-    sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0  # base of the env and sampling seeds
-    tool_output_max_tokens: int = 256  # tool results are cut to this many tokens
-    drift_policy: str = 'warn'  # EpisodeEncoder's prefix-check policy: 'warn' | 'error' | 'realign'
-    prefix_check: float = 1.0  # share of finished episodes re-rendered to measure drift (by episode id)
-    chat_template_kwargs: dict | None = None
     rollout_data_dir: str | None = None  # if set, `collect_many(step=k)` dumps to step_<k>.jsonl
-    freeze_gc: bool = True  # `collect_many` keeps the garbage collector off the heap it started with
-    def __post_init__(self):
-        for k in ('max_turns', 'max_seq_len', 'max_concurrency', 'group_size'):
+    freeze_gc: bool = True  # `collect_many` keeps the garbage collector off the heap it found
+    def __init__(self, *, episode: EpisodeConfig | None = None, max_concurrency: int = 256,
+                 group_size: int = 1, seed: int = 0, rollout_data_dir: str | None = None,
+                 freeze_gc: bool = True, **episode_fields): # EpisodeConfig fields, given flat
+        try: ep = dataclasses.replace(episode or EpisodeConfig(), **episode_fields)
+        except (TypeError, ValueError) as e: raise type(e)(f'CollectConfig: {e}') from None
+        for k, v in dict(episode=ep, max_concurrency=max_concurrency, group_size=group_size,
+                         seed=seed, rollout_data_dir=rollout_data_dir, freeze_gc=freeze_gc).items():
+            object.__setattr__(self, k, v)
+        for k in ('max_concurrency', 'group_size'):
             if getattr(self, k) < 1:
                 raise ValueError(f'CollectConfig.{k} must be >= 1, got {getattr(self, k)}')
-        if self.episode_timeout_s <= 0:
-            raise ValueError(f'CollectConfig.episode_timeout_s must be > 0, '
-                             f'got {self.episode_timeout_s}')
-        if not 0 <= float(self.prefix_check) <= 1:
-            raise ValueError(f'CollectConfig.prefix_check must be in [0, 1] (or a bool), got {self.prefix_check!r}')
-        if not 0 <= self.gamma <= 1:
-            raise ValueError(f'CollectConfig.gamma must be in [0, 1], got {self.gamma}')
     @classmethod
     def tiny(cls, **kw) -> CollectConfig:
-        return cls(**{'max_turns': 4, 'max_seq_len': 1024, 'episode_timeout_s': 30.0,
-                      'group_size': 2,
-                      'sampling': SamplingParams(max_new_tokens=64), **kw})
+        return cls(**{'episode': EpisodeConfig.tiny(), 'group_size': 2, **kw})
+
+for _k in (f.name for f in dataclasses.fields(EpisodeConfig)):  # read flat: config.max_turns
+    setattr(CollectConfig, _k, property(lambda self, k=_k: getattr(self.episode, k),
+                                        doc=f'`episode.{_k}`'))
 
 # %% ../../nbs/06_rollout/02_collector.ipynb #e202015f
 class TrajectoryCollector:
@@ -107,18 +102,24 @@ def _forget_old_states(self: TrajectoryCollector):
 
 # %% ../../nbs/06_rollout/02_collector.ipynb #6415ad48
 @patch
+def _begin(self: TrajectoryCollector, episode_id: str | None, group_id: str,
+           env_seed: int | None, sampling_seed: int | None) -> tuple[EpisodeState, int, int]:
+    "Name the episode, derive the seeds not given, publish its state as pending."
+    episode_id = episode_id or f'ep{next(self._groups):06d}'
+    env_seed = derive_seed(self.config.seed, episode_id) if env_seed is None else env_seed
+    sampling_seed = derive_seed(env_seed, episode_id) if sampling_seed is None else sampling_seed
+    st = self.states[episode_id] = EpisodeState(episode_id, group_id)
+    self._set(st, _S.PENDING)
+    return st, env_seed, sampling_seed
+
+@patch
 def _episode(self: TrajectoryCollector, task: dict, env: BaseEnv | None, agent: BaseAgent | None,
              st: EpisodeState, env_seed: int, sampling_seed: int) -> Episode:
-    return Episode(task, env, agent, self.tokenizer, self.config, env_seed=env_seed,
+    c = self.config
+    return Episode(task, env, agent, self.tokenizer, c.episode, env_seed=env_seed,
                    sampling_seed=sampling_seed, episode_id=st.episode_id, group_id=st.group_id,
-                   state=st, on_state=self.on_state, fmt=self.chat_format)
-
-# %% ../../nbs/06_rollout/02_collector.ipynb #b14f7d93
-@patch
-async def _play(self: TrajectoryCollector, ep: Episode):
-    "start → (sample → advance) until the episode ends."
-    await ep.start()
-    while (out := await ep.sample(self.engine)) is not None: await ep.advance(out)
+                   state=st, on_state=self.on_state, fmt=self.chat_format,
+                   check_prefix=checks_prefix(c.prefix_check, st.episode_id, c.seed))
 
 # %% ../../nbs/06_rollout/02_collector.ipynb #0d6f0bc2
 @patch
@@ -129,11 +130,8 @@ async def collect(self: TrajectoryCollector, task: dict, *,
                   sink: Callable[[Trajectory], Any] | None = None) -> Trajectory:
     "Run one episode to its end and return its `Trajectory`; never raises (except on cancellation)."
     c = self.config
-    episode_id = episode_id or f'ep{next(self._groups):06d}'
-    env_seed = derive_seed(c.seed, episode_id) if env_seed is None else env_seed
-    sampling_seed = derive_seed(env_seed, episode_id) if sampling_seed is None else sampling_seed
-    st = self.states[episode_id] = EpisodeState(episode_id, group_id)
-    self._set(st, _S.PENDING)
+    st, env_seed, sampling_seed = self._begin(episode_id, group_id, env_seed, sampling_seed)
+    episode_id = st.episode_id
     # a lockstep engine batches only when every running episode waits on it (reproducible batches)
     lockstep = getattr(self.engine, 'lockstep', False)
     async with self._semaphore():
@@ -143,7 +141,7 @@ async def collect(self: TrajectoryCollector, task: dict, *,
             try:
                 env = self._make_env(task)
                 ep = self._episode(task, env, self.agent_fn(task), st, env_seed, sampling_seed)
-                async with asyncio.timeout(c.episode_timeout_s): await self._play(ep)
+                async with asyncio.timeout(c.episode_timeout_s): await ep.play(self.engine)
             except TimeoutError: ep.end(_S.TIMEOUT, f'episode exceeded {c.episode_timeout_s} s')
             except asyncio.CancelledError:
                 cancelled = True
@@ -227,3 +225,21 @@ async def collect_many(self: TrajectoryCollector, tasks: Iterable[dict], *,
 def run(self: TrajectoryCollector, tasks: Iterable[dict], **kw) -> list[Trajectory]:
     "Synchronous `collect_many` (a fresh event loop; works inside Jupyter too)."
     return run_sync(self.collect_many(list(tasks), **kw))
+
+# %% ../../nbs/06_rollout/02_collector.ipynb #d322162c
+@runtime_checkable
+class WeightsSink(Protocol):
+    "Where a learner's new weights go: an engine, or the engines of every rollout worker."
+    def update_params(self, params: Any, version: int | None = None) -> Any: ...
+
+@runtime_checkable
+class Collector(Protocol):
+    "What the online loop drives: a config, a weights sink, and batches of task groups."
+    config: CollectConfig
+    @property
+    def weights(self) -> WeightsSink: ...
+    async def collect_many(self, tasks: Iterable[dict], *, group_size: int | None = None,
+                           step: int | None = None) -> list[Trajectory]: ...
+
+TrajectoryCollector.weights = property(lambda self: self.engine,
+                                       doc='The weights sink: the engine itself.')

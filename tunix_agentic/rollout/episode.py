@@ -8,18 +8,44 @@ import asyncio, copy, hashlib, logging, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from fastcore.basics import patch
-from ..core.trajectory import Trajectory, TrajectoryStatus, RewardOutput
+from ..core.trajectory import Step, Trajectory, TrajectoryStatus, RewardOutput
 from ..engines.engine import GenerateOutput, SamplingParams
 from ..envs.rewards import mc_returns
 from ..chat.encoder import ChatFormat, EpisodeEncoder, chat_format
 from ..chat.tokens import text_decoder
 
 # %% auto #0
-__all__ = ['EpisodeState', 'publish', 'derive_seed', 'checks_prefix', 'Request', 'Episode']
+__all__ = ['EpisodeConfig', 'EpisodeState', 'publish', 'derive_seed', 'checks_prefix', 'Request', 'Episode', 'settle_rewards']
 
 # %% ../../nbs/06_rollout/00_episode.ipynb #2748ed7e
 _log = logging.getLogger(__name__)
 _S = TrajectoryStatus
+
+# %% ../../nbs/06_rollout/00_episode.ipynb #57c8f8cf
+@dataclass(frozen=True, kw_only=True)
+class EpisodeConfig:
+    "Budgets, sampling and encoder options of one episode."
+    max_turns: int = 8  # agent turns per episode (the environment's own limit applies too)
+    max_seq_len: int = 2048  # prompt + all turns, in tokens
+    episode_timeout_s: float = 120.0  # wall clock of an episode (a stepper's: of one turn)
+    gamma: float = 1.0  # discount of the Monte Carlo returns
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    tool_output_max_tokens: int = 256  # tool results are cut to this many tokens
+    drift_policy: str = 'warn'  # EpisodeEncoder's prefix-check policy: 'warn' | 'error' | 'realign'
+    prefix_check: float = 1.0  # share of finished episodes re-rendered to measure drift (by id)
+    chat_template_kwargs: dict | None = None
+    def __post_init__(self):
+        for k in ('max_turns', 'max_seq_len'):
+            if getattr(self, k) < 1: raise ValueError(f'{k} must be >= 1, got {getattr(self, k)}')
+        if self.episode_timeout_s <= 0:
+            raise ValueError(f'episode_timeout_s must be > 0, got {self.episode_timeout_s}')
+        if not 0 <= float(self.prefix_check) <= 1:
+            raise ValueError(f'prefix_check must be in [0, 1] (or a bool), got {self.prefix_check}')
+        if not 0 <= self.gamma <= 1: raise ValueError(f'gamma must be in [0, 1], got {self.gamma}')
+    @classmethod
+    def tiny(cls, **kw) -> EpisodeConfig:
+        return cls(**{'max_turns': 4, 'max_seq_len': 1024, 'episode_timeout_s': 30.0,
+                      'sampling': SamplingParams(max_new_tokens=64), **kw})
 
 # %% ../../nbs/06_rollout/00_episode.ipynb #5e183400
 @dataclass
@@ -53,11 +79,11 @@ def derive_seed(*parts: Any) -> int:
     return int.from_bytes(digest, 'little') & 0x7FFFFFFF
 
 # %% ../../nbs/06_rollout/00_episode.ipynb #0146f6c8
-def checks_prefix(config, episode_id: str) -> bool:
+def checks_prefix(share: float, # the share of episodes checked (`EpisodeConfig.prefix_check`)
+                  episode_id: str, seed: int = 0) -> bool: # `seed` varies the pick across runs
     "Is this episode's prefix checked? All at 1.0, none at 0, else a fixed share picked by id."
-    share = float(config.prefix_check)
-    if share >= 1: return True
-    return derive_seed(config.seed, 'prefix-check', episode_id) % 10_000 < share * 10_000
+    if float(share) >= 1: return True
+    return derive_seed(seed, 'prefix-check', episode_id) % 10_000 < float(share) * 10_000
 
 # %% ../../nbs/06_rollout/00_episode.ipynb #f07e755a
 @dataclass(frozen=True)
@@ -76,23 +102,27 @@ class Episode:
                  env: Any, # a fresh `envs.BaseEnv` (None: the episode failed before it had one)
                  agent: Any, # a `agents.BaseAgent`, e.g. `ToolAgent()`
                  tokenizer, # the tokenizer whose chat template renders the episode
-                 config: Any, # a `collector.CollectConfig` (budgets, sampling, encoder options)
+                 config: EpisodeConfig, # budgets, sampling, encoder options
                  *, env_seed: int | None = 0, # the env's reset seed (a GRPO group shares it)
                  sampling_seed: int = 0, # the per-turn sampling seeds derive from it
                  episode_id: str = '', group_id: str = '',
                  state: EpisodeState | None = None, # the visible state (a fresh one if None)
                  on_state: Callable[[EpisodeState], Any] | None = None, # sees every state change
-                 fmt: ChatFormat | None = None): # `chat_format(tokenizer)`, if the caller has it
+                 fmt: ChatFormat | None = None, # `chat_format(tokenizer)`, if the caller has it
+                 check_prefix: bool | None = None): # None: `checks_prefix(config.prefix_check, id)`
         self.task, self.env, self.agent, self.tokenizer = task, env, agent, tokenizer
         self.config, self.env_seed, self.sampling_seed = config, env_seed, sampling_seed
         self.episode_id, self.group_id, self.on_state = episode_id, group_id, on_state
+        self.check_prefix = (checks_prefix(config.prefix_check, episode_id)
+                             if check_prefix is None else check_prefix)
         self.fmt = fmt or chat_format(tokenizer)
         self._decode = text_decoder(tokenizer)
         self.stops = tuple(sorted(set(config.sampling.stop_token_ids) | set(self.fmt.end_ids)))
         self.max_turns = min(config.max_turns, getattr(env, 'max_turns', config.max_turns))
         self.state = state or EpisodeState(episode_id, group_id)
         self.state.env_name = getattr(env, 'name', '')
-        self.enc: EpisodeEncoder | None = None
+        self.enc: EpisodeEncoder | None = None  # holds the conversation, token-exact
+        self.steps: list[Step] = []  # one record per model turn
         self.status, self.error = _S.RUNNING, None
         self.t_model = self.t_tools = 0.0
         self.t_start = time.perf_counter()
@@ -105,6 +135,10 @@ class Episode:
     def done(self) -> bool: return self.status.is_terminal
     @property
     def turn(self) -> int: return self.counts['turns']
+    @property
+    def messages(self) -> list[dict]:
+        "The conversation so far (the encoder's messages)."
+        return self.enc.messages if self.enc is not None else []
     def _set(self, status: TrajectoryStatus | str | None = None):
         publish(self.state, status, self.on_state)
     def end(self, status: TrajectoryStatus | str, error: str | None = None):
@@ -117,15 +151,14 @@ async def start(self: Episode) -> list[int]:
     "Reset the env (seeded) and the agent; encode the first prompt; returns its ids."
     c = self.config
     t = time.perf_counter()
-    obs, info = await self.env.reset(seed=self.env_seed)
+    obs, _ = await self.env.reset(seed=self.env_seed)
     self.t_tools += time.perf_counter() - t
-    self.agent.reset(task=self.task, tools=info.get('tools') or self.env.tool_schemas)
-    self.agent.update_from_env(obs, 0.0, False, info)
+    self.agent.reset(task=self.task, tools=self.env.tool_schemas or None)
     self.enc = enc = EpisodeEncoder(
-        self.tokenizer, tools=getattr(self.agent, 'tools', None) or None, max_seq_len=c.max_seq_len,
+        self.tokenizer, tools=self.agent.tools or None, max_seq_len=c.max_seq_len,
         tool_output_max_tokens=c.tool_output_max_tokens, drift_policy=c.drift_policy,
         chat_template_kwargs=c.chat_template_kwargs, end_of_turn=self.fmt.end_of_turn)
-    enc.start(self.agent.chat_completions)
+    enc.start(self.agent.prompt(obs))
     if len(enc.input_ids) >= c.max_seq_len:  # the prompt alone fills the budget: nothing to train
         n = len(enc.input_ids)
         enc.truncate(c.max_seq_len)  # keep len(input_ids) <= max_seq_len
@@ -174,8 +207,10 @@ async def _turn(self: Episode, out: GenerateOutput, source: str, budget: int):
     ids = out.token_ids[:-1] if out.token_ids and out.token_ids[-1] in self.stops else out.token_ids
     kw = {'finish_reason': out.finish_reason} | ({} if source == 'policy' else {'source': source})
     text = self._decode(ids)
-    action = self.agent.update_from_model(text, **kw)
-    enc.add_assistant(out.token_ids, out.logprobs, self.agent.chat_completions[-1])
+    action, msg = self.agent.parse(text), {'role': 'assistant', 'content': text}
+    self.steps.append(step := Step(chat_completions=[msg], thought=action.reasoning or '',
+                                   action=action, model_response=text, info=kw))
+    enc.add_assistant(out.token_ids, out.logprobs, msg)
     self.counts['parse_errors'] += len(action.parse_errors)
     self.counts['tool_calls'] += len(action.tool_calls)  # calls the model made (run or not)
     if out.finish_reason == 'length':
@@ -183,11 +218,13 @@ async def _turn(self: Episode, out: GenerateOutput, source: str, budget: int):
         if len(out.token_ids) >= budget or enc.remaining() <= 0: return self.end(_S.MAX_LENGTH)
     if action.tool_calls: self._set(_S.TOOL_CALLING)
     t = time.perf_counter()
-    obs, reward, done, info = await self.env.step(action)
+    res = await self.env.step(action)  # a `StepResult`
     self.t_tools += time.perf_counter() - t
-    self.counts['tool_errors'] += int(info.get('tool_errors', 0))
-    new = self.agent.update_from_env(obs, reward, done, info)
-    if done: return self.end(info.get('status', 'done'), info.get('error'))
+    self.counts['tool_errors'] += res.tool_errors
+    new = self.agent.observe(res.observation)
+    step.observation, step.reward, step.done = res.observation, float(res.reward), res.done
+    step.info.update(res.as_info()); step.chat_completions.extend(new)
+    if res.done: return self.end(res.status, res.error)
     if self.turn >= self.max_turns: return self.end(_S.MAX_TURNS)
     n_ids, n_msgs = len(enc.input_ids), len(enc.messages)
     enc.add_messages(new)
@@ -232,17 +269,21 @@ async def close(self: Episode):
     self.t_tools += time.perf_counter() - t
 
 # %% ../../nbs/06_rollout/00_episode.ipynb #5ea82e09
-def _final_reward(self: Episode, fn: Callable | None, steps: list):
-    "Add `fn(task, trajectory)` to the last step's reward; a failing fn ends as error."
-    if fn is None or not steps or self.status in (_S.ERROR, _S.CANCELLED): return
-    try:
-        r = fn(self.task, Trajectory(task=self.task, steps=steps))
-        steps[-1].reward += float(r.reward if isinstance(r, RewardOutput) else r)
-    except Exception as e: self.end(_S.ERROR, f'final_reward_fn failed: {e!r}')
+def settle_rewards(task: dict, steps: list[Step], status: TrajectoryStatus, gamma: float,
+                   final_reward_fn: Callable | None = None) -> str | None:
+    "Add `final_reward_fn(task, trajectory)` to the last step, fill the returns; the fn's failure."
+    error = None
+    if final_reward_fn is not None and steps and status not in (_S.ERROR, _S.CANCELLED):
+        try:
+            r = final_reward_fn(task, Trajectory(task=task, steps=steps))
+            steps[-1].reward += float(r.reward if isinstance(r, RewardOutput) else r)
+        except Exception as e: error = f'final_reward_fn failed: {e!r}'
+    for s, g in zip(steps, mc_returns([s.reward for s in steps], gamma)): s.mc_return = g
+    return error
 
 @patch
 def _prefix_check(self: Episode, metrics: dict):
-    if (self.enc is None or not checks_prefix(self.config, self.episode_id)
+    if (self.enc is None or not self.check_prefix
             or self.status == _S.ERROR or 'prompt_too_long' in self.counts): return
     try:
         d = self.enc.prefix_check()
@@ -256,15 +297,13 @@ def finish(self: Episode, final_reward_fn: Callable | None = None, # (task, Traj
            total_s: float | None = None) -> Trajectory: # wall time (default: since construction)
     "The `Trajectory` of the ended episode: drift, final reward, returns, metrics."
     if self._traj is not None: return self._traj
-    enc, agent = self.enc, self.agent
-    steps = list(agent.trajectory.steps) if agent is not None else []
+    enc, steps = self.enc, list(self.steps)
     metrics: dict[str, Any] = dict(self.counts, env_seed=self.env_seed,
                                    sampling_seed=self.sampling_seed,
                                    policy_version_last=self.version_last)
     self._prefix_check(metrics)
-    _final_reward(self, final_reward_fn, steps)
-    for s, g in zip(steps, mc_returns([s.reward for s in steps], self.config.gamma)):
-        s.mc_return = g
+    error = settle_rewards(self.task, steps, self.status, self.config.gamma, final_reward_fn)
+    if error: self.end(_S.ERROR, error)
     total_s = time.perf_counter() - self.t_start if total_s is None else total_s
     ids, mask = (list(enc.input_ids), list(enc.response_mask)) if enc is not None else ([], [])
     prompt_len = int(enc.prompt_len) if enc is not None else 0
@@ -272,10 +311,9 @@ def finish(self: Episode, final_reward_fn: Callable | None = None, # (task, Traj
                    time_model_s=self.t_model, time_tools_s=self.t_tools, time_total_s=total_s,
                    time_framework_s=max(total_s - self.t_model - self.t_tools, 0.0))
     if enc is not None: metrics.update(enc.metrics)
-    messages = enc.messages if enc is not None else (agent.chat_completions if agent else [])
     self._traj = Trajectory(
         task=dict(self.task), steps=steps, reward=float(sum(s.reward for s in steps)),
-        status=self.status, messages=[dict(m) for m in messages], input_ids=ids,
+        status=self.status, messages=[dict(m) for m in self.messages], input_ids=ids,
         response_mask=mask, logprobs=list(enc.logprobs) if enc is not None else [],
         prompt_len=prompt_len, episode_id=self.episode_id, group_id=self.group_id,
         env_name=self.state.env_name, policy_version=policy_version, error=self.error,
@@ -290,7 +328,7 @@ def snapshot(self: Episode, policy_version: int = 0) -> Trajectory:
     if self._traj is not None: return copy.deepcopy(self._traj)
     enc = self.enc
     if enc is None: return Trajectory(task=dict(self.task), status=self.status)
-    steps = copy.deepcopy(list(self.agent.trajectory.steps))
+    steps = copy.deepcopy(self.steps)
     metrics = dict(self.counts, env_seed=self.env_seed, sampling_seed=self.sampling_seed,
                    prompt_tokens=enc.prompt_len, response_tokens=int(sum(enc.response_mask)),
                    total_tokens=len(enc.input_ids), tokens_left=enc.remaining())
@@ -298,3 +336,26 @@ def snapshot(self: Episode, policy_version: int = 0) -> Trajectory:
                       status=self.status, env_name=self.state.env_name, episode_id=self.episode_id,
                       group_id=self.group_id, policy_version=policy_version, error=self.error,
                       metrics=metrics, **enc.to_trajectory_fields())
+
+# %% ../../nbs/06_rollout/00_episode.ipynb #4ee691d2
+@patch
+async def play(self: Episode, engine):
+    "Start, then sample from `engine` and advance until the episode ends."
+    await self.start()
+    while (out := await self.sample(engine)) is not None: await self.advance(out)
+
+@patch
+async def run(self: Episode, engine, final_reward_fn: Callable | None = None, *,
+              policy_version: int = 0) -> Trajectory:
+    "Play to the end within `episode_timeout_s`, release the env; the `Trajectory` (never raises)."
+    t0, limit = time.perf_counter(), self.config.episode_timeout_s
+    try:
+        async with asyncio.timeout(limit): await self.play(engine)
+    except TimeoutError: self.end(_S.TIMEOUT, f'episode exceeded {limit} s')
+    except asyncio.CancelledError: self.end(_S.CANCELLED, 'cancelled'); raise
+    except Exception as e:
+        _log.warning('episode %s failed: %r', self.episode_id, e, exc_info=True)
+        self.end(_S.ERROR, f'{type(e).__name__}: {e}')
+    finally: await self.close()
+    return self.finish(final_reward_fn, policy_version=policy_version,
+                       total_s=time.perf_counter() - t0)

@@ -9,13 +9,12 @@ from collections import Counter
 from typing import Any, Callable
 import httpx
 from fastcore.basics import patch
-from ..core.trajectory import Trajectory, TrajectoryStatus, RewardOutput
+from ..core.trajectory import Trajectory, TrajectoryStatus
 from ..engines.engine import BaseEngine
-from ..envs.agents import ToolAgent, observation_to_messages
+from ..envs.agents import ToolAgent
 from ..envs.environments import task_observation
-from ..envs.rewards import mc_returns
-from ..rollout.collector import (CollectConfig, EpisodeState, TrajectoryCollector,
-                                     derive_seed)
+from ..rollout.episode import settle_rewards
+from ..rollout.collector import CollectConfig, TrajectoryCollector
 from ..engines.http_plumbing import ClientPool
 from ..engines.server import EngineServer
 
@@ -100,11 +99,10 @@ def _no_envs(task):
 def request_body(self: RemoteCollector, task: dict, rollout_id: str, env_seed: int,
                  sampling_seed: int) -> dict:
     "The /rollout body of one episode."
-    agent = ToolAgent(system_prompt=self.system_prompt)
-    agent.reset(task=task); agent.update_from_env(task_observation(task))
+    messages = ToolAgent(system_prompt=self.system_prompt).prompt(task_observation(task))
     c, s = self.config, self.config.sampling
     return {'rollout_id': rollout_id, 'server_url': self.callback_url,
-            'callback_api_key': self.api_key, 'messages': agent.chat_completions,
+            'callback_api_key': self.api_key, 'messages': messages,
             'tools': self.tools, 'max_turns': c.max_turns, 'max_tokens_total': c.max_seq_len,
             'sampling_params': {'temperature': s.temperature, 'top_p': s.top_p, 'top_k': s.top_k,
                                 'max_tokens': s.max_new_tokens,
@@ -159,13 +157,8 @@ def _assemble(self: RemoteCollector, task: dict, resp: dict | None, turns: list[
     try: ids, mask, lps, plen = assemble_ids(turns, remote.input_ids if remote else None)
     except ValueError as e: ids, mask, lps, plen, status, error = [], [], [], 0, _S.ERROR, str(e)
     steps = list(remote.steps) if remote is not None else []
-    if self.final_reward_fn is not None and steps and status not in (_S.ERROR, _S.CANCELLED):
-        try:
-            r = self.final_reward_fn(task, Trajectory(task=task, steps=steps))
-            steps[-1].reward += float(r.reward if isinstance(r, RewardOutput) else r)
-        except Exception as e: status, error = _S.ERROR, f'final_reward_fn failed: {e!r}'
-    for s, g in zip(steps, mc_returns([s.reward for s in steps], self.config.gamma)):
-        s.mc_return = g
+    failed = settle_rewards(task, steps, status, self.config.gamma, self.final_reward_fn)
+    if failed: status, error = _S.ERROR, failed  # the episode's own wrap-up, as a local run's
     return Trajectory(task=dict(task), steps=steps, reward=float(sum(s.reward for s in steps)),
                       status=status, messages=remote.messages if remote else [], input_ids=ids,
                       response_mask=mask, logprobs=lps, prompt_len=plen, episode_id=episode_id,
@@ -180,12 +173,8 @@ async def collect(self: RemoteCollector, task: dict, *, episode_id: str | None =
                   sampling_seed: int | None = None,
                   sink: Callable[[Trajectory], Any] | None = None) -> Trajectory:
     "Run one episode on the rollout server and assemble its `Trajectory` from our engine's records."
-    c = self.config
-    episode_id = episode_id or f'ep{next(self._groups):06d}'
-    env_seed = derive_seed(c.seed, episode_id) if env_seed is None else env_seed
-    sampling_seed = derive_seed(env_seed, episode_id) if sampling_seed is None else sampling_seed
-    st = self.states[episode_id] = EpisodeState(episode_id, group_id)
-    self._set(st, _S.PENDING)
+    st, env_seed, sampling_seed = self._begin(episode_id, group_id, env_seed, sampling_seed)
+    episode_id = st.episode_id
     async with self._semaphore():
         self._set(st, _S.RUNNING)
         self.engine_server.start()
@@ -203,9 +192,5 @@ async def collect(self: RemoteCollector, task: dict, *, episode_id: str | None =
     if resp:
         traj.metrics.update({f'rollout_{k}': v for k, v in (resp.get('metrics') or {}).items()})
     self._set(st, traj.status)
-    self._forget_old_states()
-    for fn in (self.on_trajectory, sink):
-        if fn is not None:
-            try: fn(traj)
-            except Exception: pass
+    self._publish(traj, sink)  # as the local collector: a failing callback is logged, not raised
     return traj

@@ -18,7 +18,7 @@ from ..envs.agents import ToolAgent
 from ..envs.environments import ToolEnvironment, resolve_tools
 from ..tools.base import BaseTool, ToolManager
 from ..core.trajectory import TrajectoryStatus
-from ..rollout.collector import CollectConfig, TrajectoryCollector
+from ..rollout.episode import Episode, EpisodeConfig, derive_seed
 from ..engines.http_plumbing import (BackgroundServer, ClientPool, Guard, OnceGate,
                                                 callback_url, check_exposure, error_response,
                                                 install_error_handlers, uvicorn_config)
@@ -178,6 +178,7 @@ class CallbackEngine(BaseEngine):
     def __init__(self, clients: ClientPool, req: RolloutRequest, agent: ToolAgent,
                  tools: list[dict], allow: tuple[str, ...]): # allow: the callback targets
         self.clients, self.req, self.agent, self.tools = clients, req, agent, tools
+        self.episode: Episode | None = None  # whose conversation each turn posts
         self.url = callback_url(req.server_url, allow, '/v1/chat/completions')
         key = req.callback_api_key
         self.headers = {'Authorization': f'Bearer {key}'} if key else {}
@@ -192,7 +193,8 @@ async def agenerate(self: CallbackEngine, prompt_ids: list[int],
     "POST one turn (token-in, with the seed's response_mask) and return what the engine sampled."
     p, n = params or SamplingParams(), len(prompt_ids)
     mask = [0] * (n - self.last_len) if 0 < self.last_len < n else None
-    msgs = openai_messages(self.agent.chat_completions, self.agent.parser)  # with tool_calls
+    convo = self.episode.messages if self.episode is not None else []
+    msgs = openai_messages(convo, self.agent.parser)  # with tool_calls
     body = {'model': self.req.model, 'messages': msgs,
             'tools': self.tools or None, 'temperature': p.temperature, 'top_p': p.top_p,
             'top_k': p.top_k, 'max_tokens': p.max_new_tokens, 'seed': p.seed,
@@ -320,7 +322,7 @@ def admit(self: RolloutServer, req: RolloutRequest):
 # %% ../../nbs/09_serve/00_rollout_server.ipynb #390992b1
 def _prompt_len(tok, messages: list[dict], tools: list[dict]) -> int:
     try: return len(tok.apply_chat_template(messages, tools=tools or None, tokenize=True))
-    except Exception: return 0  # the collector will say what is wrong
+    except Exception: return 0  # the episode will say what is wrong
 
 @patch
 async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
@@ -339,27 +341,27 @@ async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
     scored = self.settings.reward_fn if ('answer' in task or 'ground_truth' in task) else None
     manager = self.tools_for(req.tools)
     n = await asyncio.to_thread(_prompt_len, tok, task['messages'], manager.schemas)
-    if n >= req.max_tokens_total:  # refused off the event loop; the collector renders on it
+    if n >= req.max_tokens_total:  # refused off the event loop; the episode renders on it
         return failed(f'the prompt has about {n} tokens; max_tokens_total is '
                       f'{req.max_tokens_total}')
     agent = ToolAgent(system_prompt='', parser_name=self.settings.parser)
     try: cb = CallbackEngine(self.clients(), req, agent, manager.schemas,
                              self.settings.callback_hosts)
     except ValueError as e: return failed(str(e))
-    sp = req.sampling_params
-    cfg = CollectConfig(max_turns=req.max_turns, max_seq_len=req.max_tokens_total,
-                        max_concurrency=1,
+    sp, rid = req.sampling_params, req.rollout_id
+    cfg = EpisodeConfig(max_turns=req.max_turns, max_seq_len=req.max_tokens_total,
                         episode_timeout_s=req.timeout_s or self.settings.http_client_timeout,
                         sampling=SamplingParams(temperature=sp.temperature, top_p=sp.top_p,
                                                 top_k=sp.top_k, max_new_tokens=sp.max_tokens,
                                                 stop_token_ids=tuple(sp.stop_token_ids)))
-    env_fn = lambda t: ToolEnvironment(t, tools=manager, reward_fn=scored, max_turns=req.max_turns)
+    seed = lambda k, *parts: int(md[k]) if isinstance(md.get(k), int) else derive_seed(*parts)
+    env_seed = seed('env_seed', 0, rid)
     try:
         with self.m_latency.time():
-            col = TrajectoryCollector(cb, tok, env_fn, agent_fn=lambda t: agent, config=cfg)
-            seeds = {k: int(md[k]) for k in ('env_seed', 'sampling_seed')
-                     if isinstance(md.get(k), int)}
-            traj = await col.collect(task, episode_id=req.rollout_id, **seeds)
+            env = ToolEnvironment(task, tools=manager, reward_fn=scored, max_turns=req.max_turns)
+            cb.episode = ep = Episode(task, env, agent, tok, cfg, env_seed=env_seed, episode_id=rid,
+                                      sampling_seed=seed('sampling_seed', env_seed, rid))
+            traj = await ep.run(cb)
     except Exception as e: return failed(f'{type(e).__name__}: {e}')
     fr, m = _FINISH.get(traj.status, 'error'), traj.metrics
     self.m_rollouts.labels(fr).inc()

@@ -10,7 +10,7 @@ from typing import Any
 
 from fastcore.basics import patch
 from ..core.trajectory import Trajectory, TrajectoryStatus
-from ..rollout.episode import Episode, derive_seed, publish
+from ..rollout.episode import Episode, EpisodeConfig, derive_seed, publish
 
 _log = logging.getLogger(__name__)
 
@@ -54,15 +54,15 @@ class EpisodeDriver:
     "One `Episode`, a turn at a time: sampled by an engine or typed; snapshots and Back."
     def __init__(self, tokenizer, # the tokenizer whose chat template renders the episode
                  engine: Any = None, # a `rollout.BaseEngine`; None: only typed turns
-                 config: Any = None, # a `collector.CollectConfig` (budgets, sampling, seeds)
+                 config: EpisodeConfig | None = None, # budgets, sampling (or a config's `.episode`)
                  agent_fn: Callable[[dict], Any] | None = None, # task -> agent (`ToolAgent()`)
                  final_reward_fn: Callable | None = None, # the collector's (task, traj) -> reward
                 ):
-        from tunix_agentic.rollout.collector import CollectConfig
         from tunix_agentic.envs.agents import ToolAgent
         from tunix_agentic.chat.encoder import chat_format
         self.tokenizer, self.engine, self.final_reward_fn = tokenizer, engine, final_reward_fn
-        self.config = config or CollectConfig()
+        config = config or EpisodeConfig()
+        self.config: EpisodeConfig = config if isinstance(config, EpisodeConfig) else config.episode
         self.agent_fn = agent_fn or (lambda task: ToolAgent())
         self.chat_format = chat_format(tokenizer)  # end of turn and stop ids (template)
         self.ep: Episode | None = None  # the episode being stepped

@@ -32,7 +32,7 @@ class EpisodeStepper(Shows):
                  tasks: Sequence[dict], # task rows
                  tokenizer, # the chat tokenizer (also decodes the token strip)
                  engines: Any = None, # `BaseEngine`, `{name: BaseEngine}`, None (typing only)
-                 config: Any = None, # `collector.CollectConfig` (budgets and sampling)
+                 config: Any = None, # a `rollout.EpisodeConfig` (budgets and sampling)
                  agent_fn: Callable[[dict], Any] | None = None, # task -> agent
                  seed: int = 0, # the env seed of the first episode
                  max_tokens: int = 4096): # cut long token strips
