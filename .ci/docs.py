@@ -4,7 +4,7 @@
     python .ci/docs.py --check         build, then open every page in headless Chromium
     python .ci/docs.py --check --screenshots   also save three pages as assets/docs_*.png
     python .ci/docs.py --fallback      use the fallback renderer even where Quarto is installed
-    python .ci/docs.py --module-map    only rewrite nbs/12_reference/modules.md from the notebooks
+    python .ci/docs.py --module-map    only rewrite nbs/12_reference/modules.md and nbs/sidebar.yml
 
 Both builds start with nbdev's processing (`proc_nbs`: directives applied, `#| hide` cells dropped,
 a `show_doc` signature for every exported name, for which exported cells and imports run, but no
@@ -74,6 +74,32 @@ def sidebar() -> list[tuple[str, list[str]]]:
         if isinstance(item, str): out[0][1].append(item)
         else: out.append((item['section'], list(item['contents'])))
     return out
+
+
+SECTIONS = {'11_tutorials': 'Tutorials', '00_core': 'Core: trajectories and registries', '01_tools': 'Tools',
+            '02_chat': 'Chat: parsers, templates, tokens', '03_envs': 'Environments, agents, rewards',
+            '04_models': 'Models', '05_engines': 'Rollout engines',
+            '06_rollout': 'Rollout: episodes and collection', '07_learn': 'Learning: losses, trainer, loop',
+            '08_ui': 'Notebook UI', '09_serve': 'Serving rollouts',
+            '10_app': 'The demo and the command line', '12_reference': 'Reference'}
+
+
+def sidebar_yml() -> str:
+    "nbs/sidebar.yml: the home page, the tutorials, the layers in data-flow order, the reference pages."
+    nbs = ROOT / 'nbs'
+    folders = sorted(p.name for p in nbs.iterdir() if p.is_dir() and re.match(r'\d+_', p.name))
+    folders = [f for f in folders if f == '11_tutorials'] + [f for f in folders if f != '11_tutorials']
+    out = ["# The docs site's sidebar (settings.ini custom_sidebar = True), written by",
+           '# `python .ci/docs.py --module-map`: tutorials first, then the layers in data-flow order.',
+           'website:', '  sidebar:', '    contents:', '      - index.ipynb']
+    for f in folders:
+        pages = sorted(p.relative_to(nbs).as_posix() for p in (nbs / f).iterdir()
+                       if p.suffix in ('.ipynb', '.md') and not p.name.startswith(('_', '.')))
+        if not pages: continue
+        if f == '12_reference': pages = sorted(pages, key=lambda p: 'modules' not in p)
+        out += [f'      - section: "{SECTIONS.get(f, f.split("_", 1)[1])}"', '        contents:',
+                *[f'          - {p}' for p in pages]]
+    return '\n'.join(out) + '\n'
 
 
 def module_map() -> str:
@@ -320,6 +346,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.module_map:
         (ROOT / 'nbs' / '12_reference' / 'modules.md').write_text(module_map(), encoding='utf-8')
+        (ROOT / 'nbs' / 'sidebar.yml').write_text(sidebar_yml(), encoding='utf-8')
         return 0
     t = time.time()
     cache = process()

@@ -61,7 +61,9 @@ def test_readme_install_extras_exist():
 
 
 def test_sidebar_lists_every_notebook_tutorials_first():
+    import docs
     sidebar = (ROOT / 'nbs' / 'sidebar.yml').read_text()
+    assert sidebar == docs.sidebar_yml(), 'run python .ci/docs.py --module-map'
     listed = re.findall(r'^\s+- ([\w/.]+\.(?:ipynb|md))$', sidebar, re.M)
     nbs = sorted(str(p.relative_to(ROOT / 'nbs')) for p in (ROOT / 'nbs').rglob('*.ipynb')
                  if not any(q.startswith(('_', '.')) for q in p.parts))
