@@ -327,7 +327,7 @@ def _prompt_len(tok, messages: list[dict], tools: list[dict]) -> int:
 @patch
 async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
     "Run one rollout to its end; never raises."
-    t0, md = time.perf_counter(), req.metadata
+    t0, md, sp, rid = time.perf_counter(), req.metadata, req.sampling_params, req.rollout_id
     def failed(msg: str) -> RolloutResponse:
         return RolloutResponse(rollout_id=req.rollout_id, status='ERROR', finish_reason='error',
                                error_message=msg, metrics=RolloutMetrics(
@@ -348,17 +348,16 @@ async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
     try: cb = CallbackEngine(self.clients(), req, agent, manager.schemas,
                              self.settings.callback_hosts)
     except ValueError as e: return failed(str(e))
-    sp, rid = req.sampling_params, req.rollout_id
     cfg = EpisodeConfig(max_turns=req.max_turns, max_seq_len=req.max_tokens_total,
                         episode_timeout_s=req.timeout_s or self.settings.http_client_timeout,
                         sampling=SamplingParams(temperature=sp.temperature, top_p=sp.top_p,
                                                 top_k=sp.top_k, max_new_tokens=sp.max_tokens,
                                                 stop_token_ids=tuple(sp.stop_token_ids)))
     seed = lambda k, *parts: int(md[k]) if isinstance(md.get(k), int) else derive_seed(*parts)
-    env_seed = seed('env_seed', 0, rid)
     try:
         with self.m_latency.time():
             env = ToolEnvironment(task, tools=manager, reward_fn=scored, max_turns=req.max_turns)
+            env_seed = seed('env_seed', 0, rid)
             cb.episode = ep = Episode(task, env, agent, tok, cfg, env_seed=env_seed, episode_id=rid,
                                       sampling_seed=seed('sampling_seed', env_seed, rid))
             traj = await ep.run(cb)
