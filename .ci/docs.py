@@ -61,6 +61,7 @@ def process() -> Path:
     from nbdev.serve import proc_nbs
     cfg = get_config()
     refresh_quarto_yml()
+    write_pages()  # the sidebar and module map follow the notebooks there are
     cache = proc_nbs(cfg.nbs_path, n_workers=2)
     shutil.copytree(ROOT / 'assets', cache / 'assets', dirs_exist_ok=True)
     return cache
@@ -136,6 +137,12 @@ def module_map() -> str:
 def _docstring(path: Path) -> str:
     import ast
     return (ast.get_docstring(ast.parse(path.read_text(encoding='utf-8'))) or '').split('\n')[0]
+
+
+def write_pages():
+    "Write nbs/12_reference/modules.md and nbs/sidebar.yml from the notebooks in nbs/."
+    (ROOT / 'nbs' / '12_reference' / 'modules.md').write_text(module_map(), encoding='utf-8')
+    (ROOT / 'nbs' / 'sidebar.yml').write_text(sidebar_yml(), encoding='utf-8')
 
 
 def quarto_build(cache: Path):
@@ -345,8 +352,7 @@ def main(argv=None) -> int:
     p.add_argument('--module-map', action='store_true', help='write nbs/12_reference/modules.md only')
     a = p.parse_args(argv)
     if a.module_map:
-        (ROOT / 'nbs' / '12_reference' / 'modules.md').write_text(module_map(), encoding='utf-8')
-        (ROOT / 'nbs' / 'sidebar.yml').write_text(sidebar_yml(), encoding='utf-8')
+        write_pages()
         return 0
     t = time.time()
     cache = process()
