@@ -13,13 +13,14 @@ import numpy as np
 from fastcore.basics import patch
 from flax import nnx
 from ..core.trajectory import Trajectory, TrajectoryStatus
-from ..rollout.dumps import DumpWriter
+from ..rollout.dumps import DumpWriter, read_jsonl
+from ..core.sync import run_sync
 from ..rollout.collector import Collector
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['LoopConfig', 'rollout_metrics', 'read_metrics', 'plot_metrics', 'MetricSinks', 'read_tb_scalars', 'OnlineLoop',
-           'run_coro']
+__all__ = ['run_coro', 'LoopConfig', 'rollout_metrics', 'read_metrics', 'plot_metrics', 'MetricSinks', 'read_tb_scalars',
+           'OnlineLoop']
 
 # %% ../../nbs/07_learn/03_loop.ipynb #e759fa5b
 @dataclass(frozen=True, kw_only=True)
@@ -65,11 +66,7 @@ def rollout_metrics(trajs: Sequence[Trajectory], success_threshold: float = 1.0)
 # %% ../../nbs/07_learn/03_loop.ipynb #5ca1b10a
 def read_metrics(path: str | Path) -> list[dict]:
     "The records of a metrics JSONL file (a torn last line is skipped)."
-    out = []
-    for line in Path(path).read_text().splitlines():
-        try: out.append(json.loads(line))
-        except json.JSONDecodeError: pass
-    return out
+    return list(read_jsonl(path, strict=False))
 
 # %% ../../nbs/07_learn/03_loop.ipynb #a4ed84c3
 def plot_metrics(records: Sequence[dict], path: str | Path,
@@ -292,14 +289,10 @@ async def arun(self: OnlineLoop) -> list[dict]:
     return recs
 
 # %% ../../nbs/07_learn/03_loop.ipynb #4cdb88ea
-def run_coro(coro):
-    "Run a coroutine from sync code; inside a running event loop (Jupyter) it runs in a thread."
-    try: asyncio.get_running_loop()
-    except RuntimeError: return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, coro).result()
+run_coro = run_sync  # the old name of `core.sync.run_sync`, the one sync-over-async helper
 
 # %% ../../nbs/07_learn/03_loop.ipynb #2011f707
 @patch
 def run(self: OnlineLoop) -> list[dict]:
     "Run the loop to the end (a fresh event loop, in a thread if one is already running)."
-    return run_coro(self.arun())
+    return run_sync(self.arun())

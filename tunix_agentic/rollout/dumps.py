@@ -10,7 +10,7 @@ from typing import Any, Iterator
 from ..core.trajectory import Trajectory
 
 # %% auto #0
-__all__ = ['dump_path', 'list_dump_steps', 'DumpWriter', 'iter_dump', 'load_dump', 'load_step']
+__all__ = ['dump_path', 'list_dump_steps', 'DumpWriter', 'read_jsonl', 'iter_dump', 'load_dump', 'load_step']
 
 # %% ../../nbs/06_rollout/01_dumps.ipynb #83a389f5
 _log = logging.getLogger(__name__)
@@ -68,24 +68,31 @@ class DumpWriter:
     def __exit__(self, *exc): self.close()
 
 # %% ../../nbs/06_rollout/01_dumps.ipynb #3e0804e2
-def iter_dump(path: str | Path) -> Iterator[dict]:
-    "Records of one dump file; a torn last line is skipped with a warning."
+def read_jsonl(path: str | Path, *, strict: bool = True, # False: skip broken lines, warning
+               ) -> Iterator[dict]:
+    "The JSON objects of a JSONL file; a torn last line is skipped with a warning."
     path = Path(path)
     with open(path, 'rb') as f: data = f.read()
     lines = data.split(b'\n')
     last = len(lines) - 1  # after a final '\n' this is an empty string
     for i, raw in enumerate(lines):
         if not raw.strip(): continue
-        try: rec = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            if i == last:  # no newline after it: the write was cut short
-                warnings.warn(f'{path}: skipping a torn last line ({len(raw)} bytes: {e})',
+        try:
+            rec = json.loads(raw)
+            if not isinstance(rec, dict): raise ValueError('not a JSON object')
+        except (ValueError, UnicodeDecodeError) as e:
+            if i == last or not strict:  # no newline after the last: the write was cut short
+                what = 'a torn last line' if i == last else f'line {i + 1}'
+                warnings.warn(f'{path}: skipping {what} ({len(raw)} bytes: {e})',
                               RuntimeWarning, stacklevel=2)
-                return
-            raise ValueError(f'{path}: line {i + 1} is not valid JSON ({e}); '
+                continue
+            raise ValueError(f'{path}: line {i + 1} is not a valid JSON object ({e}); '
                              'the file is corrupt') from e
-        if not isinstance(rec, dict): raise ValueError(f'{path}: line {i + 1} is not a JSON object')
         yield rec
+
+def iter_dump(path: str | Path) -> Iterator[dict]:
+    "Records of one dump file (`read_jsonl`, strict)."
+    return read_jsonl(path)
 
 # %% ../../nbs/06_rollout/01_dumps.ipynb #b3f1ecda
 def load_dump(path: str | Path, *, as_dicts: bool = False) -> list[Trajectory] | list[dict]:

@@ -16,6 +16,7 @@ from ..envs.environments import task_observation
 from ..rollout.episode import settle_rewards
 from ..rollout.collector import CollectConfig, TrajectoryCollector
 from ..engines.http_plumbing import ClientPool
+from ..tools.ratelimit import RetryLater, retry_async
 from ..engines.server import EngineServer
 
 _S = TrajectoryStatus
@@ -123,26 +124,25 @@ def _http(self: RemoteCollector) -> httpx.AsyncClient:
 @patch
 async def post_rollout(self: RemoteCollector, body: dict) -> dict:
     "POST /rollout, retrying 429s and refused connections within `retry_budget_s`."
-    url, attempt = self.rollout_url + '/rollout', 0
-    deadline = time.monotonic() + self.retry_budget_s
-    while True:
+    url = self.rollout_url + '/rollout'
+    async def attempt() -> dict:
         self.counts['posted'] += 1
         try: r = await self._http().post(url, json=body)
         except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-            if time.monotonic() > deadline: raise RemoteRolloutError(f'POST {url}: {e!r}') from None
             self.counts['connect_retries'] += 1
-            await asyncio.sleep(min(0.1 * 2 ** attempt, 2.0)); attempt += 1; continue
+            raise RetryLater(f'POST {url}: {e!r}') from None
         if r.status_code == 429:
             self.counts['rejected_429'] += 1
-            wait = float(r.headers.get('retry-after') or 1) * (0.5 + random.random())
-            if time.monotonic() + wait > deadline:
-                raise RemoteRolloutError(f'POST {url}: still 429 after {self.retry_budget_s} s')
-            await asyncio.sleep(wait); continue
+            raise RetryLater(f'POST {url}: 429', float(r.headers.get('retry-after') or 1))
         if r.status_code != 200:
             try: msg = r.json()['error']['message']
             except Exception: msg = r.text[:300]
             raise RemoteRolloutError(f'POST {url} -> {r.status_code}: {msg}')
         return r.json()
+    try: return await retry_async(attempt, max_retries=1 << 30, base_delay=0.1, max_delay=2.0,
+                                  budget_s=self.retry_budget_s)
+    except RetryLater as e:  # the last attempt's reason, and the budget spent
+        raise RemoteRolloutError(f'{e.__cause__}; gave up after {self.retry_budget_s} s') from None
 
 # %% ../../nbs/09_serve/01_remote.ipynb #f39aaa6d
 @patch

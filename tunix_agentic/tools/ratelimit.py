@@ -137,24 +137,26 @@ class RetryLater(Exception):
     def __init__(self, message: str = 'retry later', retry_after: float | None = None):
         super().__init__(message); self.retry_after = retry_after
 
-async def retry_async(fn: Callable[[], Awaitable[Any]],  # one attempt: a no-argument async function
-                      *, max_retries: int = 5,  # retries after the first attempt
-                      base_delay: float = 0.5,  # first backoff in seconds, doubled per retry
-                      max_delay: float = 8.0,  # cap on one backoff
-                      limiter: RateLimiter | ToolRateLimiter | None = None,  # slot held per attempt
-                      tool_name: str | None = None,  # for a `ToolRateLimiter`
-                      rng: random.Random | None = None) -> Any:  # jitter source (seed it in tests)
+async def retry_async(fn: Callable[[], Awaitable[Any]], # one attempt: a no-argument async function
+                      *, max_retries: int = 5, # retries after the first attempt
+                      base_delay: float = 0.5, # first backoff in seconds, doubled per retry
+                      max_delay: float = 8.0, # cap on one backoff
+                      budget_s: float | None = None, # also give up once a wait would end past it
+                      limiter: RateLimiter | ToolRateLimiter | None = None, # slot per attempt
+                      tool_name: str | None = None, # for a `ToolRateLimiter`
+                      rng: random.Random | None = None) -> Any: # jitter source (seed in tests)
     "Run `fn`, retrying on `RetryLater` with exponential backoff and full jitter."
-    rng = rng or random.Random()
+    rng, deadline = rng or random.Random(), None if budget_s is None else time.monotonic() + budget_s
     for attempt in range(max_retries + 1):
         try:
             if limiter is None: return await fn()
             async with limiter.slot(tool_name): return await fn()
         except RetryLater as e:
-            if attempt == max_retries:
-                msg = f'gave up after {max_retries + 1} attempts: {e}'
-                raise RetryLater(msg, e.retry_after) from e
             delay = min(max_delay, base_delay * 2 ** attempt) * rng.uniform(0.5, 1.0)
             if e.retry_after is not None: delay = max(delay, min(float(e.retry_after), max_delay))
+            late = deadline is not None and time.monotonic() + delay > deadline
+            if attempt == max_retries or late:
+                why = f'{budget_s} s' if late else f'{max_retries + 1} attempts'
+                raise RetryLater(f'gave up after {why}: {e}', e.retry_after) from e
             _log.info('retry %d/%d in %.3fs: %s', attempt + 1, max_retries, delay, e)
             await asyncio.sleep(delay)

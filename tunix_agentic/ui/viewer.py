@@ -12,7 +12,7 @@ from typing import Any
 import ipywidgets as W
 from fastcore.basics import patch
 from ..core.trajectory import Trajectory, TrajectoryStatus
-from ..rollout.dumps import dump_path, list_dump_steps, load_step
+from ..rollout.dumps import dump_path, list_dump_steps, load_step, read_jsonl
 from .render import Shows, flatten_metrics, esc, render_trajectory
 
 _log = logging.getLogger(__name__)
@@ -23,13 +23,11 @@ __all__ = ['load_dump_dir', 'DumpFolder', 'step_metrics', 'dump_metrics', 'defau
 
 # %% ../../nbs/08_ui/01_viewer.ipynb #add945ab
 def _read_lenient(path: Path) -> list[Trajectory]:
-    "Trajectories from one JSONL file; lines that do not parse are skipped with a logged warning."
+    "Trajectories from one JSONL file; records that do not parse are skipped with a warning."
     out = []
-    text = Path(path).read_text(encoding='utf-8', errors='replace')
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip(): continue
-        try: out.append(Trajectory.from_dict(json.loads(line)))
-        except Exception as e: _log.warning('%s:%d: skipped unreadable line (%s)', path, n, e)
+    for n, rec in enumerate(read_jsonl(path, strict=False), 1):
+        try: out.append(Trajectory.from_dict(rec))
+        except Exception as e: warnings.warn(f'{path}: skipped record {n} ({e!r})', RuntimeWarning)
     return out
 
 def _load_step(path: Path, step: int) -> list[Trajectory]:
