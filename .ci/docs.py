@@ -8,12 +8,12 @@
 
 Both builds start with nbdev's processing (`proc_nbs`: directives applied, `#| hide` cells dropped,
 a `show_doc` signature for every exported name, for which exported cells and imports run, but no
-example cell: nbdev would run any cell with an import, and one started Ray) into _proc/, and the page order of nbs/sidebar.yml
-(tutorials first, then the layers in data-flow order). With Quarto on PATH, `quarto render` makes
-the site, as `nbdev_docs` does. Without it (its PyPI package, quarto-cli, downloads the binary when
-it installs, which fails offline), each processed notebook is rendered with nbconvert into a page
-with the same sidebar. README.md is not touched: `.ci/readme.py` renders it from nbs/index.ipynb.
-"""
+example cell: nbdev would run any cell with an import, and one started Ray) into _proc/, and the
+page order of nbs/sidebar.yml (tutorials first, then the layers in data-flow order). With Quarto on
+PATH, `quarto render` makes the site, as `nbdev_docs` does. Without it (its PyPI package, quarto-
+cli, downloads the binary when it installs, which fails offline), each processed notebook is
+rendered with nbconvert into a page with the same sidebar. README.md is not touched: `.ci/readme.py`
+renders it from nbs/index.ipynb."""
 import argparse, base64, html, json, os, re, shutil, subprocess, sys, threading, time
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -26,8 +26,8 @@ SHOTS = {'index.html': 'docs_index.png', '11_tutorials/00_stepper.html': 'docs_t
 
 
 def _run_only_what_show_doc_needs():
-    """nbdev's show_doc processing runs exported cells, show_doc calls and every cell with an import;
-    run the first two and import-only cells, never examples that happen to import something."""
+    """nbdev's show_doc processing runs exported cells, show_doc calls and every cell with an
+    import; run the first two and import-only cells, never examples that happen to import."""
     import ast
     import nbdev.processors as P
     from nbdev.config import get_config
@@ -43,8 +43,8 @@ def _run_only_what_show_doc_needs():
         return P._show_docs(trees) or None
     P._do_eval = _do_eval
     # fastcore's show_doc evaluates annotations as strings and catches only ValueError/TypeError: an
-    # annotation its own module cannot resolve (flax nnx.Module's) fails every Module's show_doc with
-    # NameError, in nbdev_docs too. Unresolved annotations stay as written instead.
+    # annotation its own module cannot resolve (flax nnx.Module's) fails every Module's show_doc
+    # with NameError, in nbdev_docs too. Unresolved annotations stay as written instead.
     import inspect
     import fastcore.docments as D
     def signature(obj, *args, eval_str=False, **kw):
@@ -71,7 +71,8 @@ def sidebar() -> list[tuple[str, list[str]]]:
     "(section, pages) in nbs/sidebar.yml's order; the first section is '' (the home page)."
     import yaml
     out = [('', [])]
-    for item in yaml.safe_load((ROOT / 'nbs' / 'sidebar.yml').read_text())['website']['sidebar']['contents']:
+    doc = yaml.safe_load((ROOT / 'nbs' / 'sidebar.yml').read_text())
+    for item in doc['website']['sidebar']['contents']:
         if isinstance(item, str): out[0][1].append(item)
         else: out.append((item['section'], list(item['contents'])))
     return out
@@ -86,7 +87,7 @@ SECTIONS = {'11_tutorials': 'Tutorials', '00_core': 'Core: trajectories and regi
 
 
 def sidebar_yml() -> str:
-    "nbs/sidebar.yml: the home page, the tutorials, the layers in data-flow order, the reference pages."
+    "nbs/sidebar.yml: the home page, tutorials, the layers in data-flow order, reference pages."
     nbs = ROOT / 'nbs'
     folders = sorted(p.name for p in nbs.iterdir() if p.is_dir() and re.match(r'\d+_', p.name))
     folders = [f for f in folders if f == '11_tutorials'] + [f for f in folders if f != '11_tutorials']
@@ -251,7 +252,7 @@ def fallback_build(cache: Path) -> int:
     return sum(len(p) for _, p in sections)
 
 
-# --- the check: every page in headless Chromium over a local HTTP server ---------------------------
+# --- the check: every page in headless Chromium over a local HTTP server -----------------------
 
 _PROBE = """(() => {
   const imgs = [...document.images];

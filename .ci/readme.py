@@ -1,15 +1,14 @@
-"""README.md is rendered from nbs/index.ipynb (settings.ini's readme_nb): one source, never edited twice.
+"""README.md is rendered from nbs/index.ipynb (settings.ini's readme_nb): one source, edited once.
 
     python .ci/readme.py           write README.md from nbs/index.ipynb
     python .ci/readme.py --check   exit 1 (with a diff) if README.md is not what index.ipynb renders
 
-nbdev's own `nbdev_readme` (run by `nbdev_prepare` and `nbdev_docs`) does the same with Quarto, which
-cannot be installed everywhere (its PyPI package downloads the binary at install time). This renderer
-needs nothing but the standard library and keeps nbdev's conventions: markdown cells as written, code
-cells as python blocks without their `#|` directives, `#| hide` cells left out. Either renderer's
-output passes `--check`: the comparison ignores line wrapping, table rulers and code-fence spacing,
-which are all Quarto changes.
-"""
+nbdev's own `nbdev_readme` (run by `nbdev_prepare` and `nbdev_docs`) does the same with Quarto,
+which cannot be installed everywhere (its PyPI package downloads the binary at install time). This
+renderer needs nothing but the standard library and keeps nbdev's conventions: markdown cells as
+written, code cells as python blocks without their `#|` directives, `#| hide` cells left out. Either
+renderer's output passes `--check`: the comparison ignores line wrapping, table rulers and code-
+fence spacing, which are all Quarto changes."""
 import difflib, json, re, sys
 from pathlib import Path
 
@@ -27,16 +26,18 @@ def render(nb_path: Path = ROOT / 'nbs' / 'index.ipynb') -> str:
         elif cell['cell_type'] == 'code':
             lines = src.splitlines()
             flags = [l for l in lines if l.startswith('#|')]
-            if any(re.match(r'#\|\s*(hide|include:\s*false|echo:\s*false)\b', f) for f in flags): continue
+            hidden = r'#\|\s*(hide|include:\s*false|echo:\s*false)\b'
+            if any(re.match(hidden, f) for f in flags): continue
             code = '\n'.join(l for l in lines if not l.startswith('#|')).strip('\n')
             if code: parts.append(f'```python\n{code}\n```')
     title, _, rest = parts[0].partition('\n')
-    parts[0] = f'{title}\n\n{NOTICE}\n{rest}' if title.startswith('# ') else f'{NOTICE}\n\n{parts[0]}'
+    parts[0] = (f'{title}\n\n{NOTICE}\n{rest}' if title.startswith('# ')
+                else f'{NOTICE}\n\n{parts[0]}')
     return '\n\n'.join(parts) + '\n'
 
 
 def normalized(text: str) -> list[str]:
-    "Words of `text` with Quarto's formatting choices undone (wrapping, table rulers, fences, escapes)."
+    "Words of `text`, Quarto's formatting undone (wrapping, table rulers, fences, escapes)."
     text = text.replace(NOTICE, '')
     text = re.sub(r'^```\s*(\w+)', r'```\1', text, flags=re.M)  # ``` python -> ```python
     text = re.sub(r'\|\s*:?-{3,}:?\s*(?=\|)', '|---', text)  # table rulers

@@ -1,7 +1,8 @@
 """How fast this machine multiplies matrices: numpy float32 matmul GFLOP/s over about one second.
 
 Timings in README.md and the docs name this figure, so a reader can scale them to their machine:
-`python bench/calibrate.py` prints one line, e.g. `matmul f32 1024x1024: 131 GFLOP/s (numpy, 2 cores)`.
+`python bench/calibrate.py` prints one line, e.g.
+`matmul f32 1024x1024: 131 GFLOP/s (numpy, 2 cores)`.
 """
 import argparse, os, time
 

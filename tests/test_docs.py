@@ -1,7 +1,7 @@
 """README.md, nbs/index.ipynb and the docs site agree; the README's Python example runs as written.
 
-The docs build itself (nbdev processing of every notebook, then Quarto or the fallback renderer, then
-headless Chromium) takes minutes, so it runs only when asked: TUNIX_AGENTIC_DOCS=1.
+The docs build itself (nbdev processing of every notebook, then Quarto or the fallback renderer,
+then headless Chromium) takes minutes, so it runs only when asked: TUNIX_AGENTIC_DOCS=1.
 """
 import os, re, shutil, subprocess, sys
 from pathlib import Path
@@ -24,15 +24,18 @@ def test_readme_is_rendered_from_index():
 def test_readme_check_ignores_quarto_formatting():
     "Rewrapped lines, padded table rulers and `` ``` python`` fences (nbdev_readme's) still match."
     ours = readme.render()
-    quarto_like = re.sub(r'^```python', '``` python', ours, flags=re.M).replace('|---|---|', '|-----|------|')
-    quarto_like = quarto_like.replace('notebooks (Flax NNX,\noptax)', 'notebooks\n(Flax NNX, optax)')
+    quarto_like = re.sub(r'^```python', '``` python', ours, flags=re.M)
+    quarto_like = quarto_like.replace('|---|---|', '|-----|------|')
+    quarto_like = quarto_like.replace('notebooks (Flax NNX,\noptax)',
+                                      'notebooks\n(Flax NNX, optax)')
     assert quarto_like != ours and readme.normalized(quarto_like) == readme.normalized(ours)
     assert readme.normalized(ours.replace('two-call', 'three-call')) != readme.normalized(ours)
 
 
 def test_readme_keeps_the_two_commands():
     text = README.read_text()
-    for cmd in ['bash .ci/setup && .venv/bin/tunix-agentic demo', 'bash .ci/setup && bash .ci/test']:
+    for cmd in ['bash .ci/setup && .venv/bin/tunix-agentic demo',
+                'bash .ci/setup && bash .ci/test']:
         assert cmd in text, cmd
 
 
