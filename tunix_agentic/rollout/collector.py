@@ -171,11 +171,11 @@ def _publish(self: TrajectoryCollector, traj: Trajectory, sink: Callable | None 
         except Exception as e: _log.warning('trajectory callback %r failed: %r', fn, e)
 
 # %% ../../nbs/06_rollout/02_collector.ipynb #c52922fb
-_frozen = [0, threading.Lock()]  # frozen_heap blocks open now (overlapping runs, any thread); its lock
+_frozen = [0, threading.Lock()]  # frozen_heap blocks open now (overlapping runs); their lock
 
 @contextlib.contextmanager
 def frozen_heap(on: bool = True):
-    "Keep the cyclic garbage collector off every object alive now until the block ends (`gc.freeze`)."
+    "Keep the cyclic garbage collector off every object alive now, until the block ends."
     if not on: yield; return
     with _frozen[1]:
         if not _frozen[0]: gc.freeze()
