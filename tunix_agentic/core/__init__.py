@@ -1,1 +1,1 @@
-"""Records every layer passes on (steps, trajectories, tool calls) and the name registry."""
+"""Records every layer passes on (steps, trajectories, tool calls), the name registry, run_sync."""

@@ -1,1 +1,1 @@
-"""Notebook views: HTML renderings of trajectories, the dumps viewer and the episode stepper."""
+"""Notebook views: trajectories in HTML, the dumps viewer, the episode stepper, a warning tally."""
