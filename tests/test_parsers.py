@@ -308,3 +308,12 @@ def test_text_deltas_decode_a_bounded_window():
         def decode(self, xs, **kw): decoded[0] += len(xs); return tok.decode(xs, **kw)
     assert ''.join(text_deltas(Counting(), ids)) == tok.decode(ids, skip_special_tokens=False)
     assert decoded[0] <= 10 * len(ids), (decoded[0], len(ids))
+
+
+def test_llama3_json_call_with_bad_arguments_is_an_error():
+    "An object with a name is a call: list arguments are an error fed back, not a final answer."
+    r = get_tool_parser('llama3_json').parse('{"name": "add", "parameters": [1, 2]}')
+    assert r.calls == [] and r.content == ''
+    assert r.errors == ['llama3 tool call: "arguments" of \'add\' must be a JSON object, got list']
+    assert r.to_action().parse_errors == r.errors
+    assert get_tool_parser('llama3_json').parse('{"answer": 7}') == ParseResult([], '{"answer": 7}')

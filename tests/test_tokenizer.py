@@ -101,3 +101,20 @@ def test_pinned_vocab_and_ids():
     digest = hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()
     assert digest == VOCAB_SHA256
     assert tok.encode('Natalia sold 48 clips; the answer is 72.') == PINNED_IDS
+
+
+def test_llama3_template_tool_instructions_match_llama_3_1():
+    """The tool instructions our Llama 3 template writes are Llama 3.1's text to the character
+    (meta-llama/Llama-3.1-8B-Instruct tokenizer_config.json: `value}.` then `Do not`, no space)."""
+    import json
+    from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
+    official = ('<|start_header_id|>user<|end_header_id|>\n\n'
+                'Given the following functions, please respond with a JSON for a function call '
+                'with its proper arguments that best answers the given prompt.\n\n'
+                'Respond in the format {"name": function name, "parameters": dictionary of '
+                'argument name and its value}.Do not use variables.\n\n')
+    tok = build_tiny_tokenizer(style='llama3')
+    tool = {'type': 'function', 'function': {'name': 'add', 'parameters': {'type': 'object'}}}
+    text = tok.apply_chat_template([{'role': 'user', 'content': 'Hi'}], tools=[tool],
+                                   tokenize=False, add_generation_prompt=True)
+    assert official + json.dumps(tool, indent=4) + '\n\nHi<|eot_id|>' in text

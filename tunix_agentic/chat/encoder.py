@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from fastcore.basics import patch
 from ..core.trajectory import ToolCall
 from .template import ChatFormat, chat_format, describe_tokenizer
-from .tokens import (Drift, ChatDriftError, token_drift, truncate_tokens, escape_special_tokens,
+from .tokens import (Drift, ChatDriftError, token_drift, truncate_tokens,
+                                   escape_special_tokens, turn_tokens,
                                    mask_runs, response_spans, chat_renderer, text_encoder, text_decoder,
                                    json_copy, added_tokens, spliced_ids_ok)
 
@@ -44,11 +45,15 @@ class EpisodeEncoder:
         self.escape_tool_special_tokens = escape_tool_special_tokens
         self.tools = [getattr(t, 'schema', t) for t in (tools or [])] or None
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        if end_of_turn is None: end_of_turn = chat_format(tokenizer).end_of_turn
+        fmt = chat_format(tokenizer) if end_of_turn is None else None
+        if fmt: end_of_turn = fmt.end_of_turn
         self.eot_text, self.eot_id = end_of_turn, tokenizer.convert_tokens_to_ids(end_of_turn)
         if self.eot_id is None or self.eot_id == tokenizer.unk_token_id:
             raise ValueError(f'end_of_turn {end_of_turn!r} is not a token of this tokenizer')
+        self._stops = frozenset((self.eot_id, *(fmt.end_ids if fmt else ())))  # close a turn
+        self._other_stops: dict[int, int] = {}  # position -> a stop sampled where end_of_turn goes
         self._added = tuple(t for t in added_tokens(tokenizer).texts if len(t) > 1)
+        self._turn_tokens = turn_tokens(tokenizer)  # what tool output must not contain
         self.input_ids: list[int] = []
         self.response_mask: list[int] = []
         self.logprobs: list[float] = []
@@ -100,7 +105,8 @@ def _prepare(self: EpisodeEncoder, m: dict) -> dict:
         m['tool_calls'] = [c.to_openai() if isinstance(c, ToolCall) else c for c in m['tool_calls']]
     if m['role'] == 'tool' and isinstance(m.get('content'), str):
         if self.escape_tool_special_tokens:
-            m['content'], n = escape_special_tokens(self.tokenizer, m['content'], self._added)
+            m['content'], n = escape_special_tokens(self.tokenizer, m['content'],
+                                                 self._turn_tokens)
             self.metrics['tool_special_escaped'] += n
         if self.tool_output_max_tokens:
             m['content'], n = truncate_tokens(self.tokenizer, m['content'], self.tool_output_max_tokens,
@@ -214,7 +220,9 @@ def add_assistant(self: EpisodeEncoder,
     if len(lps) != len(ids):
         raise ValueError(f'got {len(ids)} token ids but {len(lps)} logprobs; '
                          'expected one logprob per id')
-    self._closed = bool(ids) and ids[-1] == self.eot_id
+    self._closed = bool(ids) and ids[-1] in self._stops  # e.g. Gemma's <eos> as well
+    if self._closed and ids[-1] != self.eot_id:
+        self._other_stops[len(self.input_ids) + len(ids) - 1] = ids[-1]
     if message is None:
         message = {'role': 'assistant', 'content': self.decode(ids[:-1] if self._closed else ids)}
     message = self._prepare({'role': 'assistant', **message})
@@ -312,6 +320,7 @@ def truncate(self: EpisodeEncoder, n_ids: int, n_msgs: int | None = None):
     "Keep the first `n_ids` ids (and `n_msgs` messages): undo an append that overshot."
     del self.input_ids[n_ids:], self.response_mask[n_ids:], self.logprobs[n_ids:]
     if n_msgs is not None: del self.messages[n_msgs:]
+    self._other_stops = {i: t for i, t in self._other_stops.items() if i < n_ids}
     if self._ledger is None: return
     k, at = 0, 0
     while k < len(self._ledger) and at < n_ids: at, k = at + self._ledger[k][1], k + 1
@@ -326,6 +335,8 @@ def _expected_ids(self: EpisodeEncoder, text: str, ends_assistant: bool) -> list
     if ends_assistant and self.eot_id in exp:
         last = len(exp) - 1 - exp[::-1].index(self.eot_id)
         exp = exp[:last + 1] if self._closed else exp[:last]
+    for i, stop in self._other_stops.items():  # the template's end_of_turn where another stop was
+        if i < len(exp) and exp[i] == self.eot_id: exp[i] = stop
     return exp
 
 @patch
@@ -378,5 +389,6 @@ def _realign(self: EpisodeEncoder, exp: list[int]) -> None:
     for tag, i1, i2, j1, j2 in ops:
         if tag == 'equal': mask[j1:j2], lps[j1:j2] = self.response_mask[i1:i2], self.logprobs[i1:i2]
     self.prompt_len, self._anchor = where(self.prompt_len), where(self._anchor)
+    self._other_stops = {where(i): t for i, t in self._other_stops.items() if where(i) < len(exp)}
     self.input_ids, self.response_mask, self.logprobs = list(exp), mask, lps
     self._ledger = None  # the pieces no longer describe the ids

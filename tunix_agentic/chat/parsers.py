@@ -274,8 +274,9 @@ class Llama3JsonToolParser(ToolParser):
             for o in (obj if isinstance(obj, list) else [obj]):
                 c, err = call_from_json(o)
                 if c is not None: calls.append(c)
-                elif not calls and not errors and not tagged and not isinstance(obj, list):
-                    return ParseResult([], text.strip())  # plain JSON answer, not a call
+                elif not (calls or errors or tagged or isinstance(obj, list)
+                          or isinstance(o, dict) and 'name' in o):  # no "name": not a call
+                    return ParseResult([], text.strip())  # a plain JSON answer
                 else: errors.append(f'llama3 tool call: {err}')
         return ParseResult(calls, t[pos:].strip(), None, errors)
     def format_calls(self, calls: list[ToolCall], content: str = '') -> str:

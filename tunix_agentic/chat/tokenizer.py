@@ -291,7 +291,7 @@ LLAMA3_CHAT_TEMPLATE = r"""{{- bos_token }}
     {{- 'Given the following functions, please respond with a JSON for a function call with its '
         'proper arguments that best answers the given prompt.\n\n' }}
     {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument '
-        'name and its value}. Do not use variables.\n\n' }}
+        'name and its value}.Do not use variables.\n\n' }}  {#- sic: no space, as in Llama 3.1 #}
     {%- for t in tools %}
         {{- t | tojson(indent=4) + '\n\n' }}
     {%- endfor %}

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 # %% auto #0
 __all__ = ['Drift', 'ChatDriftError', 'token_drift', 'compiled_template', 'chat_renderer', 'text_encoder', 'text_decoder',
-           'json_copy', 'AddedTokens', 'added_tokens', 'spliced_ids_ok', 'truncate_tokens', 'escape_special_tokens',
-           'mask_runs', 'response_spans', 'common_prefix_len']
+           'json_copy', 'AddedTokens', 'added_tokens', 'spliced_ids_ok', 'truncate_tokens', 'turn_tokens',
+           'escape_special_tokens', 'mask_runs', 'response_spans', 'common_prefix_len']
 
 # %% ../../nbs/02_chat/04_tokens.ipynb #b690315c
 @dataclass(frozen=True)
@@ -197,11 +197,20 @@ def truncate_tokens(tokenizer, text: str, max_tokens: int, side: str = 'middle',
         keep -= max(1, len(enc(out)) - max_tokens)
 
 # %% ../../nbs/02_chat/04_tokens.ipynb #1ddbeef0
+def turn_tokens(tokenizer) -> tuple[str, ...]:
+    "Added tokens that could forge a turn: control tokens and those the chat template writes."
+    dec, texts = getattr(tokenizer, 'added_tokens_decoder', None), added_tokens(tokenizer).texts
+    if not dec: return tuple(t for t in texts if len(t) > 1)
+    tpl = getattr(tokenizer, 'chat_template', None) or ''
+    tpl = ''.join(tpl.values()) if isinstance(tpl, dict) else tpl
+    control = {a.content for a in dec.values() if a.special}
+    return tuple(t for t in texts if len(t) > 1 and (t in control or (t.strip() and t in tpl)))
+
 def escape_special_tokens(tokenizer, text: str,
-                          tokens: list[str] | None = None,  # token texts to break (default: added)
+                          tokens: list[str] | None = None,  # texts to break (default: turn_tokens)
                           ) -> tuple[str, int]:
-    "Break every added token's text in `text` so it tokenizes as plain text; returns (text, count)."
-    if tokens is None: tokens = sorted(tokenizer.get_added_vocab(), key=len, reverse=True)
+    "Break the texts of tokens that could forge a turn so they tokenize as plain text: (text, count)."
+    if tokens is None: tokens = turn_tokens(tokenizer)
     n = 0
     for t in tokens:
         if len(t) > 1 and t in text:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..chat.tokenizer import GEMMA_CHAT_TEMPLATE
 from .gemma3 import Gemma3, Gemma3Config, from_state_dict
 
 _log = logging.getLogger(__name__)
@@ -172,7 +173,7 @@ GEMMA3_CHAT_TEMPLATE = (
 
 # %% ../../nbs/04_models/04_gguf_io.ipynb #62119a10
 def gguf_tokenizer(meta: dict, chat_template: str | None = None):
-    "A transformers `PreTrainedTokenizerFast` from the `tokenizer.ggml.*` metadata of a GGUF file."
+    "A transformers tokenizer from a GGUF file's `tokenizer.ggml.*`, with `GEMMA_CHAT_TEMPLATE`."
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
     from transformers import PreTrainedTokenizerFast
     if meta.get('tokenizer.ggml.model') != 'llama':
@@ -196,4 +197,4 @@ def gguf_tokenizer(meta: dict, chat_template: str | None = None):
             single=f'{bos} $A', pair=f'{bos} $A $B', special_tokens=[(bos, toks.index(bos))])
     return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token=bos, eos_token=name('eos'),
         unk_token=name('unknown'), pad_token=name('padding'),
-        chat_template=chat_template or meta.get('tokenizer.chat_template') or GEMMA3_CHAT_TEMPLATE)
+        chat_template=chat_template or GEMMA_CHAT_TEMPLATE)
