@@ -14,7 +14,6 @@ import numpy as np
 import jax, jax.numpy as jnp
 import optax
 from flax import nnx
-import orbax.checkpoint as ocp
 from fastcore.basics import patch
 from ..core.trajectory import Trajectory, TrajectoryStatus
 from .losses import (LossConfig, get_advantage_fn, ppo_clip_loss, masked_ce,
@@ -368,6 +367,7 @@ def _abstract(tree):
 @patch
 def save(self: Trainer, directory: str | Path, max_to_keep: int | None = 3) -> Path:
     "Write a checkpoint of params, optimizer state and step under `directory/<step>`."
+    import orbax.checkpoint as ocp  # here, not at the top: training runs without orbax
     directory = Path(directory).absolute()
     state = {'params': jax.tree.leaves(self._params), 'opt_state': jax.tree.leaves(self.opt_state),
              'ref_params': jax.tree.leaves(self.ref_params), 'step': self.step}
@@ -381,6 +381,7 @@ def save(self: Trainer, directory: str | Path, max_to_keep: int | None = 3) -> P
 @patch
 def restore(self: Trainer, directory: str | Path, step: int | None = None) -> int:
     "Load the checkpoint at `step` (default: latest) into this trainer; returns the step."
+    import orbax.checkpoint as ocp
     directory = Path(directory).absolute()
     with ocp.CheckpointManager(directory) as mngr:
         step = mngr.latest_step() if step is None else step
