@@ -41,7 +41,7 @@ def test_sync_loop_runs(tmp_path):
     assert [r['step'] for r in recs] == [0, 1, 2]
     assert lp.engine.versions == [0, 1, 2, 3]              # initial push + one per update
     assert all(r['max_staleness_trained'] == 0 for r in recs)
-    assert recs[0]['turns'] == 3 and recs[0]['tool_calls'] == 2
+    assert recs[0]['turns/mean'] == 3 and recs[0]['metrics/tool_calls'] == 2
     assert 0 < recs[0]['success'] < 1                       # half the tasks have answer 43
     assert {'loss', 'entropy', 'clip_frac', 'grad_norm', 'tokens_per_s'} <= set(recs[0])
     assert len(read_metrics(tmp_path / 'metrics.jsonl')) == 3

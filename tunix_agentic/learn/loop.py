@@ -14,13 +14,14 @@ from fastcore.basics import patch
 from flax import nnx
 from ..core.trajectory import Trajectory, TrajectoryStatus
 from ..rollout.dumps import DumpWriter, read_jsonl
+from ..rollout.metrics import plot_rows, step_metrics
 from ..core.sync import run_sync
 from ..rollout.collector import Collector
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['run_coro', 'LoopConfig', 'rollout_metrics', 'read_metrics', 'plot_metrics', 'MetricSinks', 'read_tb_scalars',
-           'OnlineLoop']
+__all__ = ['rollout_metrics', 'LOOP_PANELS', 'run_coro', 'LoopConfig', 'read_metrics', 'save_metrics_plot', 'MetricSinks',
+           'read_tb_scalars', 'OnlineLoop']
 
 # %% ../../nbs/07_learn/03_loop.ipynb #e759fa5b
 @dataclass(frozen=True, kw_only=True)
@@ -50,18 +51,7 @@ class LoopConfig:
         return cls(**{'steps': 2, 'tasks_per_step': 2, 'progress': False, **kw})
 
 # %% ../../nbs/07_learn/03_loop.ipynb #2fa372d8
-def rollout_metrics(trajs: Sequence[Trajectory], success_threshold: float = 1.0) -> dict[str, float]:
-    "Means over a batch of trajectories (plus totals of tokens)."
-    if not trajs: return {}
-    m = lambda k: float(np.mean([t.metrics.get(k, 0) for t in trajs]))
-    return {'reward': float(np.mean([t.reward for t in trajs])),
-            'success': float(np.mean([t.reward >= success_threshold for t in trajs])),
-            'turns': float(np.mean([t.num_turns for t in trajs])),
-            'tool_calls': m('tool_calls'), 'tool_errors': m('tool_errors'),
-            'parse_errors': m('parse_errors'),
-            'response_tokens': float(sum(t.num_response_tokens for t in trajs)),
-            'done_frac': float(np.mean([t.status == TrajectoryStatus.DONE for t in trajs])),
-            'time_model_s': m('time_model_s'), 'time_tools_s': m('time_tools_s')}
+rollout_metrics = step_metrics  # the old name of `rollout.metrics.step_metrics`
 
 # %% ../../nbs/07_learn/03_loop.ipynb #5ca1b10a
 def read_metrics(path: str | Path) -> list[dict]:
@@ -69,30 +59,15 @@ def read_metrics(path: str | Path) -> list[dict]:
     return list(read_jsonl(path, strict=False))
 
 # %% ../../nbs/07_learn/03_loop.ipynb #a4ed84c3
-def plot_metrics(records: Sequence[dict], path: str | Path,
-                 keys: Sequence[str] = ('reward', 'success', 'loss', 'kl', 'entropy', 'clip_frac',
-                                        'grad_norm', 'tool_calls', 'dropped_stale'),
-                 title: str = '') -> Path:
-    "Save a grid of metric-vs-step panels as a PNG."
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-    keys = [k for k in keys if any(k in r for r in records)]
-    n = max(len(keys), 1); cols = min(3, n); rows = math.ceil(n / cols)
-    fig, axs = plt.subplots(rows, cols, figsize=(4 * cols, 2.6 * rows), squeeze=False)
-    for ax, k in zip(axs.flat, keys):
-        pts = [(r['step'], r[k]) for r in records if k in r]
-        ax.plot(*zip(*pts), marker='.'); ax.set_title(k); ax.set_xlabel('step'); ax.grid(alpha=.3)
-        lo, hi = min(s for s, _ in pts), max(s for s, _ in pts)  # whole steps; a lone one padded
-        if hi - lo < 2: ax.set_xlim(lo - 0.5, hi + 0.5)   # (not ticked -0.045..0.045)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
-    for ax in list(axs.flat)[len(keys):]: ax.axis('off')
-    if title: fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80); plt.close(fig)
-    return path
+LOOP_PANELS = ('reward/mean', 'success', 'loss', 'kl', 'entropy', 'clip_frac', 'grad_norm',
+               'metrics/tool_calls', 'dropped_stale')  # metrics.png's panels, those the rows have
+
+def save_metrics_plot(records: Sequence[dict], path: str | Path,
+                      keys: Sequence[str] = LOOP_PANELS) -> Path:
+    "Save the records' curves as a PNG (`rollout.metrics.plot_rows`)."
+    have = {k for r in records for k in r}
+    plot_rows(records, [k for k in keys if k in have], ncols=3, width=12.0, path=path)
+    return Path(path)
 
 # %% ../../nbs/07_learn/03_loop.ipynb #d5787ce0
 class MetricSinks:
@@ -190,7 +165,8 @@ def train_on(self: OnlineLoop, step: int, trajs: list[Trajectory], extra: dict) 
            'episodes': len(trajs), 'max_staleness_trained': max(stale, default=0),
            'dropped_stale': self.dropped_stale, 'policy_version': self.trainer.step,
            'time_train_s': t_train, 'time_push_s': t_push, **extra}
-    rec['tokens_per_s'] = rec['response_tokens'] / max(rec.get('time_collect_s', 0.0), 1e-9)
+    tokens = rec.get('tokens/response', 0.0) * len(trajs)  # a mean per episode
+    rec['tokens_per_s'] = tokens / max(rec.get('time_collect_s', 0.0), 1e-9)
     self.records.append(rec)
     self.out.mkdir(parents=True, exist_ok=True)
     with open(self.metrics_path, 'a') as f: f.write(json.dumps(rec) + '\n')
@@ -198,7 +174,7 @@ def train_on(self: OnlineLoop, step: int, trajs: list[Trajectory], extra: dict) 
     if c.dump_rollouts:
         with DumpWriter(self.out / 'rollouts', step) as w:
             for t in trajs: w.write(t)
-    if c.plot_every and (step + 1) % c.plot_every == 0: plot_metrics(self.records, self.plot_path)
+    if c.plot_every and (step + 1) % c.plot_every == 0: save_metrics_plot(self.records, self.plot_path)
     if c.save_every and (step + 1) % c.save_every == 0: self.trainer.save(self.out / 'checkpoints')
     if self.on_step is not None: self.on_step(step, rec)
     return rec
@@ -209,7 +185,7 @@ def _bar(self: OnlineLoop):
     return tqdm(total=self.cfg.steps, desc=f'GRPO ({self.cfg.mode})', disable=not self.cfg.progress)
 
 def _postfix(bar, rec):
-    bar.set_postfix(reward=f"{rec['reward']:.2f}", success=f"{rec['success']:.2f}",
+    bar.set_postfix(reward=f"{rec['reward/mean']:.2f}", success=f"{rec['success']:.2f}",
                     loss=f"{rec['loss']:.3f}")
     bar.update(1)
 
@@ -283,7 +259,7 @@ async def arun(self: OnlineLoop) -> list[dict]:
     try: recs = await (self._run_sync() if self.cfg.mode == 'sync' else self._run_async())
     finally:
         if own: self.sinks.close(); self.sinks = None
-    if self.records: plot_metrics(self.records, self.plot_path)
+    if self.records: save_metrics_plot(self.records, self.plot_path)
     _log.info('loop done: %d steps, metrics in %s, rollouts in %s', len(recs), self.metrics_path,
              self.out / 'rollouts')
     return recs

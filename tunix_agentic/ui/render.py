@@ -8,11 +8,12 @@ import html, json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..rollout.metrics import flatten_metrics
 from ..core.trajectory import Action, Step, ToolCall, Trajectory, TrajectoryStatus
 
 # %% auto #0
 __all__ = ['MASK_COLORS', 'TYPED_COLOR', 'esc', 'status_badge', 'render_message', 'render_chat', 'contrast_ratio',
-           'render_tokens', 'flatten_metrics', 'typed_flags', 'render_trajectory', 'Shows']
+           'render_tokens', 'typed_flags', 'render_trajectory', 'Shows']
 
 # %% ../../nbs/08_ui/00_render.ipynb #01a169ec
 def esc(x: Any) -> str:
@@ -175,14 +176,6 @@ def render_tokens(input_ids: Sequence[int], # token ids of the episode
             f'{"".join(spans)}</div>{more}</div>')
 
 # %% ../../nbs/08_ui/00_render.ipynb #d5d2b054
-def flatten_metrics(d: Mapping, prefix: str = '') -> dict[str, Any]:
-    "`{'a': {'b': 1}}` -> `{'a/b': 1}`: nested metric dicts as one level of `/`-joined keys."
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, Mapping): out.update(flatten_metrics(v, f'{prefix}{k}/'))
-        else: out[f'{prefix}{k}'] = v
-    return out
-
 def _metrics_html(metrics: Mapping) -> str:
     "Scalar metrics as wrapped `name value` pairs (21 of them take about three lines)."
     rows = [(k, v) for k, v in flatten_metrics(metrics).items()

@@ -13,13 +13,14 @@ import ipywidgets as W
 from fastcore.basics import patch
 from ..core.trajectory import Trajectory, TrajectoryStatus
 from ..rollout.dumps import dump_path, list_dump_steps, load_step, read_jsonl
-from .render import Shows, flatten_metrics, esc, render_trajectory
+from .render import Shows, esc, render_trajectory
+from ..rollout.metrics import (default_panels, figure_png, fill_shares, integer_step_axis,
+                                           plot_rows, step_metrics)
 
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['load_dump_dir', 'DumpFolder', 'step_metrics', 'dump_metrics', 'default_panels', 'integer_step_axis', 'plot_metrics',
-           'DumpViewer']
+__all__ = ['load_dump_dir', 'DumpFolder', 'dump_metrics', 'plot_metrics', 'DumpViewer']
 
 # %% ../../nbs/08_ui/01_viewer.ipynb #add945ab
 def _read_lenient(path: Path) -> list[Trajectory]:
@@ -86,38 +87,6 @@ def metrics(self: DumpFolder, step: int) -> dict[str, float]:
         hit = self._rows[step] = (stamp, step_metrics(self.load(step)))
     return hit[1]
 
-# %% ../../nbs/08_ui/01_viewer.ipynb #5bc3aa0e
-def _mean(xs: Sequence[float]) -> float: return sum(xs) / len(xs) if xs else math.nan
-
-_LABEL = re.compile(r'(^|[/_])(seed|id)$')  # seeds and ids name an episode; they are not measures
-
-def step_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    "One row of metrics for the episodes of one training step."
-    rs = [t.reward for t in trajs]
-    row = {'episodes': len(trajs), 'reward/mean': _mean(rs),
-           'reward/min': min(rs, default=math.nan), 'reward/max': max(rs, default=math.nan),
-           'turns/mean': _mean([t.num_turns for t in trajs]),
-           'tokens/response': _mean([t.num_response_tokens for t in trajs]),
-           'tokens/total': _mean([len(t.input_ids) for t in trajs])}
-    for s in TrajectoryStatus:
-        if any(t.status == s for t in trajs):
-            row[f'status/{s.value}'] = _mean([t.status == s for t in trajs])
-    vals: dict[str, list[float]] = {}
-    for t in trajs:
-        for k, v in flatten_metrics(t.metrics).items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and not _LABEL.search(k):
-                vals.setdefault(f'metrics/{k}', []).append(v)
-    row.update({k: _mean(v) for k, v in vals.items()})
-    return row
-
-# %% ../../nbs/08_ui/01_viewer.ipynb #da82a51a
-def _fill_shares(rows: dict[int, dict]) -> dict[int, dict]:
-    rows = {s: dict(r) for s, r in rows.items()}
-    shares = {k for r in rows.values() for k in r if k.startswith('status/')}
-    for r in rows.values():  # a status no episode of a step ended with has share 0, not "unknown"
-        for k in shares: r.setdefault(k, 0.0)
-    return rows
-
 # %% ../../nbs/08_ui/01_viewer.ipynb #cccfe4d8
 def dump_metrics(dumps: Mapping[int, Sequence[Trajectory]] | DumpFolder | str | Path, # dumps
                 ) -> dict[int, dict[str, float]]:
@@ -125,81 +94,19 @@ def dump_metrics(dumps: Mapping[int, Sequence[Trajectory]] | DumpFolder | str | 
     if isinstance(dumps, (str, Path)): dumps = DumpFolder(dumps, keep=1)
     if isinstance(dumps, DumpFolder): rows = {s: dumps.metrics(s) for s in dumps.steps}
     else: rows = {s: step_metrics(ts) for s, ts in dumps.items()}
-    return _fill_shares(rows)
-
-# %% ../../nbs/08_ui/01_viewer.ipynb #31ea2bc5
-_PANELS = {  # title -> candidate keys; a panel draws all of its keys that the rows have
-    'reward/mean': ('reward/mean',),
-    'success': ('success', 'reward/success', 'status/done'),  # the first present only
-    'tool calls and errors': ('metrics/tool_calls', 'metrics/tool_errors', 'metrics/parse_errors'),
-    'tokens per episode': ('tokens/response', 'tokens/total')}
-
-def default_panels(have: set[str], # the metric keys the rows have
-                  ) -> list[str | tuple[str, ...]]:
-    "Reward, success, tool calls and errors, length: the panels a run is first looked at for."
-    out = []
-    for title, keys in _PANELS.items():
-        keys = [k for k in keys if k in have][:1 if title == 'success' else None]
-        if keys: out.append(keys[0] if len(keys) == 1 else tuple(keys))
-    return out
-
-# %% ../../nbs/08_ui/01_viewer.ipynb #ca85c8d9
-def integer_step_axis(ax, # a matplotlib Axes whose x axis is the training step
-                      steps: Sequence[int]): # the steps drawn
-    "Integer ticks on a step axis; a range under two steps is padded to half a step each side."
-    from matplotlib.ticker import MaxNLocator
-    if steps and max(steps) - min(steps) < 2: ax.set_xlim(min(steps) - 0.5, max(steps) + 0.5)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    return fill_shares(rows)
 
 # %% ../../nbs/08_ui/01_viewer.ipynb #6473e551
-def _value_axis(ax, panel: tuple[str, ...], ys: list[float]):
-    "Shares (and rewards within 0..1) on 0..1; counts from 0: a flat curve is not magnified."
-    ys = [y for y in ys if y == y]
-    if not ys or min(ys) < 0: return
-    share = all(k.startswith('status/') or k.endswith('success') for k in panel)
-    if share or (panel == ('reward/mean',) and max(ys) <= 1): ax.set_ylim(-0.03, 1.03)
-    else: ax.set_ylim(0, max(ys) * 1.08 or 1)
-
-def _png(fig) -> bytes:
-    buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=80); return buf.getvalue()
-
 def plot_metrics(source: Mapping | DumpFolder | str | Path, # folder, `{step: episodes}` or rows
-                 keys: Sequence[str | tuple[str, ...]] | None = None, # panels (a tuple: curves
-                                             # drawn together); default: `default_panels`
+                 keys: Sequence[str | tuple[str, ...]] | None = None, # panels: `metrics.plot_rows`
                  ncols: int = 2, # panels per row
                  width: float = 10.0, # figure width in inches
                 ) -> 'matplotlib.figure.Figure':
-    "Curves of metrics over training steps from rollout dumps; returns the Figure."
-    from matplotlib.figure import Figure
+    "Curves of metrics over training steps from rollout dumps (`metrics.plot_rows`); the Figure."
     if isinstance(source, (str, Path, DumpFolder)): rows = dump_metrics(source)
-    elif all(isinstance(r, Mapping) for r in source.values()): rows = _fill_shares(dict(source))
+    elif all(isinstance(r, Mapping) for r in source.values()): rows = dict(source)
     else: rows = dump_metrics(source)
-    have = {k for r in rows.values() for k in r}
-    panels = [(p,) if isinstance(p, str) else tuple(p)
-              for p in (default_panels(have) if keys is None else keys)]
-    missing = [k for p in panels for k in p if k not in have]
-    if rows and missing:
-        raise KeyError(f'metrics {missing} not in the dumps; known: {sorted(have)}')
-    nrows = max(1, math.ceil(len(panels) / ncols))
-    fig = Figure(figsize=(width, 2.6 * nrows), layout='constrained')
-    steps = list(rows)
-    for j, panel in enumerate(panels):
-        ax = fig.add_subplot(nrows, ncols, j + 1)
-        for k in panel:
-            ax.plot(steps, [rows[s].get(k, math.nan) for s in steps], marker='o', ms=3,
-                    label=k.removeprefix('metrics/'))
-        if panel == ('reward/mean',):
-            ax.fill_between(steps, [rows[s]['reward/min'] for s in steps],
-                            [rows[s]['reward/max'] for s in steps], alpha=0.2, label='min-max')
-        title = panel[0] if len(panel) == 1 else next(
-            (t for t, ks in _PANELS.items() if set(panel) <= set(ks)), ' & '.join(panel))
-        ax.set_title(title, fontsize=10); ax.set_xlabel('training step'); ax.grid(alpha=0.3)
-        if len(panel) > 1: ax.legend(fontsize=8)
-        integer_step_axis(ax, steps)
-        _value_axis(ax, panel, [rows[s].get(k, math.nan) for s in steps for k in panel])
-    if not rows: fig.text(0.5, 0.5, 'no dumps yet', ha='center')
-    fig._repr_png_ = lambda: _png(fig)  # a Figure made without pyplot has no picture form
-    return fig
+    return plot_rows(rows, keys, ncols=ncols, width=width)
 
 # %% ../../nbs/08_ui/01_viewer.ipynb #049fb0b2
 class DumpViewer(Shows):
@@ -357,4 +264,4 @@ def move(self: DumpViewer, delta: int):
 @patch
 def draw_plot(self: DumpViewer, keys: Sequence[str] | None = None):
     "Draw the metrics curves of the whole folder into `self.plot` (PNG)."
-    self.plot.value = _png(plot_metrics(self.folder, keys))
+    self.plot.value = figure_png(plot_metrics(self.folder, keys))
