@@ -174,7 +174,8 @@ def train_on(self: OnlineLoop, step: int, trajs: list[Trajectory], extra: dict) 
     if c.dump_rollouts:
         with DumpWriter(self.out / 'rollouts', step) as w:
             for t in trajs: w.write(t)
-    if c.plot_every and (step + 1) % c.plot_every == 0: save_metrics_plot(self.records, self.plot_path)
+    if c.plot_every and (step + 1) % c.plot_every == 0:
+        save_metrics_plot(self.records, self.plot_path)
     if c.save_every and (step + 1) % c.save_every == 0: self.trainer.save(self.out / 'checkpoints')
     if self.on_step is not None: self.on_step(step, rec)
     return rec
