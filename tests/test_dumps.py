@@ -117,19 +117,25 @@ def test_writer_roundtrips_a_full_trajectory(tmp_path):
 
 @pytest.mark.parametrize('depth', [1000, 1400])
 def test_deeply_nested_tool_call_reaches_the_dump(tmp_path, depth):
-    "Regression: a call nested ~1,000-1,490 levels deep parsed, then `to_dict` raised RecursionError."
+    """Regression: a call nested ~1,000-1,490 levels deep parsed, then `to_dict` raised RecursionError.
+    The parser now refuses nesting past MAX_JSON_DEPTH with a parse error (fed back to the model) that
+    the dump keeps; a call built with deeper arguments still dumps, cut at the cap."""
     from tunix_agentic.chat.parsers import QwenToolParser
-    from tunix_agentic.core.trajectory import MAX_JSON_DEPTH
+    from tunix_agentic.core.trajectory import MAX_JSON_DEPTH, ToolCall
     args = '{"a": ' * depth + '1' + '}' * depth
     text = '<tool_call>{"name": "f", "arguments": ' + args + '}</tool_call>'
-    action = QwenToolParser().parse(text).to_action(text)
-    assert [c.name for c in action.tool_calls] == ['f'] and not action.parse_errors
+    refused = QwenToolParser().parse(text).to_action(text)
+    assert refused.tool_calls == [] and 'nested deeper than' in refused.parse_errors[0]
+    deep = 1
+    for _ in range(depth): deep = {'a': deep}
+    action = Action(tool_calls=[ToolCall('f', deep)], parse_errors=refused.parse_errors)
     traj = Trajectory(steps=[Step(action=action, model_response=text)], episode_id='deep',
                       messages=[{'role': 'assistant', 'content': text,
                                  'tool_calls': [c.to_openai() for c in action.tool_calls]}])
     with DumpWriter(tmp_path, 0) as w: w.write(traj)
     (back,) = load_dump(dump_path(tmp_path, 0))
     assert back.episode_id == 'deep' and back.steps[0].model_response == text
+    assert back.steps[0].action.parse_errors == refused.parse_errors
     node = back.steps[0].action.tool_calls[0].arguments
     for _ in range(MAX_JSON_DEPTH): node = node['a'] if isinstance(node, dict) else node
     assert node.startswith('<dict nested more than')
