@@ -84,10 +84,13 @@ def run_one(path: Path, limit_s: float, save: Path | None, run_flags: set[str]) 
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
-    nb = nbformat.read(path, as_version=4)
     flags = skip_flags() - run_flags
     row = dict(notebook=str(path.relative_to(ROOT)), run=0, skipped=0, errors=[], max_output=0,
-               timed_out=False)
+               timed_out=False, seconds=0.0)
+    try: nb = nbformat.read(path, as_version=4)
+    except Exception as e:  # gone (renamed while queued) or not a notebook
+        row['errors'].append((-1, type(e).__name__, str(e).strip()[:120]))
+        return row
     client = NotebookClient(nb, timeout=limit_s, kernel_name='python3', allow_errors=True,
                             resources={'metadata': {'path': str(path.parent)}})
     client.km = client.create_kernel_manager()
@@ -143,9 +146,13 @@ def main() -> int:
           f'skipping cells flagged {" ".join(skipped) or "(none)"}', flush=True)
     start, rows = time.time(), []
     with ProcessPoolExecutor(args.workers) as pool:
-        futures = [pool.submit(run_one, p, args.limit_s, args.save, run_flags) for p in paths]
+        futures = {pool.submit(run_one, p, args.limit_s, args.save, run_flags): p for p in paths}
         for f in as_completed(futures):
-            r = f.result()
+            try: r = f.result()
+            except Exception as e:  # the worker itself failed: still one row, still a failure
+                r = dict(notebook=str(futures[f].relative_to(ROOT)), run=0, skipped=0,
+                         errors=[(-1, type(e).__name__, str(e)[:120])], max_output=0,
+                         timed_out=False, seconds=0.0)
             rows.append(r)
             mark = 'ok' if not r['errors'] and r['max_output'] <= MAX_OUTPUT_CHARS else 'FAIL'
             print(f'  {mark:4} {r["notebook"]} ({r["seconds"]:.1f} s)', flush=True)
