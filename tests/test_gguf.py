@@ -158,12 +158,18 @@ def test_gguf_tokenizer_gets_the_tool_template(tok):
     assert '<tool_response>\n3\n</tool_response><end_of_turn>\n<start_of_turn>model\n' in text
 
 
-def _episode(tok, tool_text, stop='<end_of_turn>', policy='error'):
+def _episode(tok, tool_text, stop='<end_of_turn>', policy='error', parsed=True):
+    "One tool round; `parsed`: the history message is the parser's, as the collector passes it."
     from tunix_agentic.chat.encoder import EpisodeEncoder
+    from tunix_agentic.chat.parsers import get_tool_parser
     enc = EpisodeEncoder(tok, drift_policy=policy, tool_output_max_tokens=None)
     enc.start([{'role': 'system', 'content': 'Use tools.'}, {'role': 'user', 'content': 'Run it.'}])
-    call = '<tool_call>\n{"name": "run", "arguments": {"code": "print(1)"}}\n</tool_call>'
-    enc.add_assistant(tok.encode(call, add_special_tokens=False) + [tok.convert_tokens_to_ids(stop)])
+    call = 'Running.\n<tool_call>\n{"name": "run", "arguments": {"code": "print(1)"}}\n</tool_call>'
+    ids = tok.encode(call, add_special_tokens=False) + [tok.convert_tokens_to_ids(stop)]
+    res = get_tool_parser('qwen').parse(call)
+    message = {'role': 'assistant', 'content': res.content,
+               'tool_calls': [c.to_openai() for c in res.calls]} if parsed else None
+    enc.add_assistant(ids, message=message)
     enc.add_messages([{'role': 'tool', 'content': tool_text}])
     return enc
 
@@ -192,13 +198,14 @@ def test_forged_turn_tokens_stay_escaped(tok):
     assert enc.metrics['tool_special_escaped'] == 3
 
 
+@pytest.mark.parametrize('parsed', [True, False])
 @pytest.mark.parametrize('policy', ['warn', 'error', 'realign'])
-def test_gemma_eos_stop_gives_no_drift(tok, policy):
+def test_gemma_eos_stop_gives_no_drift(tok, policy, parsed):
     "A turn that stops on <eos> (one of Gemma's end ids) is closed: 0 drift, sampled ids kept."
     from tunix_agentic.chat.template import chat_format
     eos = tok.convert_tokens_to_ids('<eos>')
     assert eos in chat_format(tok).end_ids
-    enc = _episode(tok, '1', stop='<eos>', policy=policy)
+    enc = _episode(tok, '1', stop='<eos>', policy=policy, parsed=parsed)
     kept = list(enc.input_ids)
     d = enc.prefix_check()
     assert d.ok and d.count == 0 and enc.metrics['drift_tokens'] == 0
