@@ -77,7 +77,7 @@ class EpisodeEncoder:
 # %% ../../nbs/02_chat/05_encoder.ipynb #61404572
 @patch
 def render(self: EpisodeEncoder, messages: list[dict], add_generation_prompt: bool, **kw) -> str:
-    "The chat template's text for `messages` (with our tools and template kwargs, unless `kw` overrides)."
+    "The chat template's text for `messages` (our tools and template kwargs, unless `kw` overrides)."
     if self._render is None: self._render = chat_renderer(self.tokenizer)
     return self._render(messages, add_generation_prompt, **{'tools': self.tools, **kw},
                         **self.chat_template_kwargs)
@@ -115,7 +115,7 @@ def _prepare(self: EpisodeEncoder, m: dict) -> dict:
     return m
 
 # %% ../../nbs/02_chat/05_encoder.ipynb #f7703303
-_SHORTCUT_CHECKS = 8  # first uses of a head / delta renders / ledger checks compared with the full path
+_SHORTCUT_CHECKS = 8  # first uses of a head / delta render / ledger check compared with the full path
 _HEAD_CACHE = 64  # heads kept per tokenizer, least recently used dropped first
 _HEADS = weakref.WeakKeyDictionary()   # tokenizer -> {(template, tools, kwargs, system): _Head}
 _DELTAS = weakref.WeakKeyDictionary()  # tokenizer -> {(template, kwargs): _Shortcut}
@@ -124,7 +124,7 @@ _PLACEHOLDER = '\x00first-message\x00'
 
 @dataclass
 class _Shortcut:
-    "A faster path, compared with the full one on its first uses; one mismatch turns it off for good."
+    "A faster path, compared with the full one on its first uses; one mismatch turns it off."
     checks: int = 0
     ok: bool = True
     @property
@@ -261,10 +261,10 @@ def _tail_text(self: EpisodeEncoder, history: list[dict], new: list[dict], n_anc
 
 @patch
 def _delta_text(self: EpisodeEncoder, new: list[dict]) -> str:
-    "The text after the last assistant turn: from a short context, checked against the full one at first."
+    "The text after the last assistant turn: from a short context, checked against the full one."
     state = _cache(_DELTAS, self.tokenizer).setdefault(self._key()[::2], _Shortcut())
     if not state.ok: return self._tail_text(self.messages, new, self._n_anchor)
-    keep = max(self._n_anchor - 2, 1)  # the first message, then from the one before the last assistant turn
+    keep = max(self._n_anchor - 2, 1)  # the first message, then from the one before the last turn
     short = self.messages[:1] + self.messages[keep:]
     rewrites = self.metrics['history_rewrites']
     try: text = self._tail_text(short, new, self._n_anchor - keep + 1, tools=None)
@@ -341,7 +341,7 @@ def _expected_ids(self: EpisodeEncoder, text: str, ends_assistant: bool) -> list
 
 @patch
 def _ledger_proves(self: EpisodeEncoder, text: str, ends_assistant: bool) -> bool:
-    "Do the pieces our ids were built from show they are `encode(text)` (cut as `_expected_ids` cuts)?"
+    "Do the pieces our ids were built from show they are `encode(text)` (cut as `_expected_ids`)?"
     state = _cache(_LEDGERS, self.tokenizer).setdefault(self._key()[::2], _Shortcut())
     if self._ledger is None or not state.ok: return False
     i = text.rfind(self.eot_text) if ends_assistant else -1

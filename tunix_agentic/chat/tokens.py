@@ -48,7 +48,7 @@ _STR_FORMAT = frozenset(('format', 'format_map'))  # the sandbox wraps these
 
 @functools.lru_cache(maxsize=32)
 def compiled_template(source: str):
-    "transformers' compiled chat template, where `message.role` on a plain dict skips the sandbox's probe."
+    "transformers' compiled chat template (`message.role` on a plain dict skips the sandbox's probe)."
     from jinja2.runtime import LoopContext
     from transformers.utils.chat_template_utils import _compile_jinja_template as compile_
     env = compile_(source).environment.overlay()  # same filters, globals, extensions and sandbox
@@ -153,8 +153,10 @@ def added_tokens(tokenizer) -> AddedTokens:
     except TypeError: hit = None  # not weakly referenceable: nothing cached
     if hit is not None and hit[0] == n: return hit[1]
     vocab, dec = vocab or tokenizer.get_added_vocab(), dec or {}
-    strips = any(getattr(a, k, False) for a in dec.values() for k in ('lstrip', 'rstrip', 'single_word'))
-    out = AddedTokens(tuple(sorted(vocab, key=len, reverse=True)), frozenset(vocab.values()), not strips)
+    strips = any(getattr(a, k, False) for a in dec.values()
+                 for k in ('lstrip', 'rstrip', 'single_word'))
+    out = AddedTokens(tuple(sorted(vocab, key=len, reverse=True)), frozenset(vocab.values()),
+                      not strips)
     try: _ADDED[tokenizer] = (n, out)
     except TypeError: pass
     return out
@@ -163,8 +165,9 @@ def _edge(a: str, b: str, added: tuple[str, ...]) -> bool:
     "Does an added token sit at the seam of `a + b`?"
     return not a or any(a.endswith(t) or b.startswith(t) for t in added)
 
-def spliced_ids_ok(encode, pieces: list[tuple[str, int, bool]], ids: list[int], added: AddedTokens) -> bool:
-    "Are `ids` exactly `encode` of the pieces' joined text? Pieces: (text, n ids, sampled), in order."
+def spliced_ids_ok(encode, pieces: list[tuple[str, int, bool]], ids: list[int],
+                   added: AddedTokens) -> bool:
+    "Are `ids` exactly `encode` of the pieces' joined text? Pieces: (text, n ids, sampled)."
     at, prev = 0, ''
     for text, n, sampled in pieces:
         if sampled:  # re-encode from the last added token before it
@@ -177,7 +180,7 @@ def spliced_ids_ok(encode, pieces: list[tuple[str, int, bool]], ids: list[int], 
 
 # %% ../../nbs/02_chat/04_tokens.ipynb #e8cde434
 def truncate_tokens(tokenizer, text: str, max_tokens: int, side: str = 'middle',
-                    encode=None) -> tuple[str, int]:  # `text_encoder(tokenizer)`, if the caller keeps one
+                    encode=None) -> tuple[str, int]:  # the caller's `text_encoder(tokenizer)`
     "Cut `text` to at most `max_tokens` tokens at `side`; returns (text, tokens cut)."
     if side not in ('middle', 'left', 'right'):
         raise ValueError(f"side must be 'middle', 'left' or 'right', got {side!r}")
@@ -209,7 +212,7 @@ def turn_tokens(tokenizer) -> tuple[str, ...]:
 def escape_special_tokens(tokenizer, text: str,
                           tokens: list[str] | None = None,  # texts to break (default: turn_tokens)
                           ) -> tuple[str, int]:
-    "Break the texts of tokens that could forge a turn so they tokenize as plain text: (text, count)."
+    "Break texts of tokens that could forge a turn so they tokenize as plain text: (text, count)."
     if tokens is None: tokens = turn_tokens(tokenizer)
     n = 0
     for t in tokens:
@@ -233,7 +236,7 @@ def response_spans(mask) -> list[tuple[int, int]]:
 
 # %% ../../nbs/02_chat/04_tokens.ipynb #862d8b70
 def common_prefix_len(seqs: list[list[int]], multiple: int, max_len: int | None = None) -> int:
-    "The prefix all `seqs` share, at most `max_len` (default: each keeps a token), down to `multiple`."
+    "The prefix all `seqs` share, at most `max_len` (default: each keeps a token), to `multiple`."
     if multiple <= 0 or not seqs: return 0
     n = min(map(len, seqs)) - 1 if max_len is None else max_len
     first = np.asarray(seqs[0][:max(n, 0)])

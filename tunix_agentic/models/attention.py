@@ -63,7 +63,7 @@ def attend_rowwise(q_btkgd: jax.Array, # queries grouped by kv head
                    k_bskd: jax.Array, v_bskd: jax.Array,
                    mask_bts: jax.Array, # True where a query may see a key
                   ) -> jax.Array:
-    "Grouped-query softmax attention, one batch row at a time; the output `[b, t, k, g, d]` in float32."
+    "Grouped-query softmax attention, one batch row at a time; output `[b, t, k, g, d]` in float32."
     if q_btkgd.ndim != 5 or k_bskd.shape[2] != q_btkgd.shape[2]:
         raise ValueError(f'attend_rowwise: q {q_btkgd.shape} must be [b, t, kv_heads, group, d] '
                          f'with kv_heads = k.shape[2] (k {k_bskd.shape})')

@@ -42,7 +42,8 @@ def _f32(x) -> float:  # the shortest decimal that is the same float32 (1e-6, no
 def gemma3_config(meta: dict, dtype: str = 'float32') -> Gemma3Config:
     "A `Gemma3Config` from the metadata of a `gemma3` GGUF file."
     if meta.get('general.architecture') != 'gemma3':
-        raise ValueError(f"general.architecture={meta.get('general.architecture')!r}; expected 'gemma3'")
+        raise ValueError(f"general.architecture={meta.get('general.architecture')!r}; "
+                         "expected 'gemma3'")
     g = lambda k, d=None: meta.get('gemma3.' + k, d)
     n, hd, d, nh = (g(k) for k in ('block_count', 'attention.key_length', 'embedding_length',
                                    'attention.head_count'))
@@ -70,7 +71,7 @@ _BLK = {'attn_q': 'self_attn.q_proj', 'attn_k': 'self_attn.k_proj', 'attn_v': 's
         'ffn_up': 'mlp.up_proj', 'ffn_down': 'mlp.down_proj'}
 
 def hf_tensor_name(gguf_name: str) -> str:
-    "The HF name of a Gemma 3 GGUF tensor (`blk.0.attn_q.weight` -> `model.layers.0.self_attn.q_proj.weight`)."
+    "The HF name of a Gemma 3 GGUF tensor (`blk.0.attn_q.weight` -> `...self_attn.q_proj.weight`)."
     base, _, suffix = gguf_name.rpartition('.')
     if base == 'token_embd': return 'model.embed_tokens.weight'
     if base == 'output_norm': return 'model.norm.weight'
@@ -185,8 +186,10 @@ def gguf_tokenizer(meta: dict, chat_template: str | None = None):
                               unk_token=toks[meta.get('tokenizer.ggml.unknown_token_id', 3)],
                               byte_fallback=True, fuse_unk=True))
     tk.normalizer = normalizers.Replace(' ', '▁')
-    tk.decoder = decoders.Sequence([decoders.Replace('▁', ' '), decoders.ByteFallback(), decoders.Fuse()])
-    tk.add_tokens([AddedToken(t, normalized=False, special=False) for t, ty in zip(toks, types) if ty == 4])
+    tk.decoder = decoders.Sequence([decoders.Replace('▁', ' '), decoders.ByteFallback(),
+                                    decoders.Fuse()])
+    tk.add_tokens([AddedToken(t, normalized=False, special=False)
+                   for t, ty in zip(toks, types) if ty == 4])
     tk.add_special_tokens([AddedToken(t, normalized=False, special=True)
                            for t, ty in zip(toks, types) if ty == 3])
     name = lambda k: toks[meta[f'tokenizer.ggml.{k}_token_id']] if f'tokenizer.ggml.{k}_token_id' in meta \
