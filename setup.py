@@ -33,7 +33,7 @@ setuptools.setup(
     url=cfg['git_url'],
     packages=setuptools.find_packages(include=['tunix_agentic', 'tunix_agentic.*']),
     include_package_data=True,
-    package_data={'tunix_agentic': ['assets/*']},
+    package_data={'tunix_agentic': ['assets/*', 'presets/*.yaml']},
     install_requires=split_reqs('requirements'),
     extras_require=extras,
     dependency_links=cfg.get('dep_links', '').split(),

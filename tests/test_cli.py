@@ -1,5 +1,5 @@
 """The console script as a user runs it: a real subprocess of the installed entry point."""
-import os, shutil, subprocess, sys
+import json, os, shutil, subprocess, sys
 from pathlib import Path
 
 import pytest
@@ -16,12 +16,13 @@ def run(*args, timeout=120):
 def test_help_lists_subcommands():
     r = run('--help')
     assert r.returncode == 0, r.stderr
-    for cmd in ('demo', 'episode', 'build-default', 'info'): assert cmd in r.stdout
+    for cmd in ('train', 'eval', 'demo', 'episode', 'build-default', 'info'): assert cmd in r.stdout
 
 
 def test_unknown_subcommand_is_a_clear_error():
-    r = run('train')
-    assert r.returncode == 2 and "invalid choice: 'train'" in r.stderr
+    r = run('trian')
+    assert r.returncode == 2 and "invalid choice: 'trian'" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 @pytest.mark.timeout(180)
@@ -53,3 +54,52 @@ def test_python_dash_m_runs_the_command():
                        text=True, timeout=120, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
     assert r.returncode == 0, r.stderr
     assert r.stdout == run('--help').stdout
+
+
+def test_version():
+    r = run('--version')
+    assert r.returncode == 0 and r.stdout.startswith('tunix-agentic 0.'), r.stdout + r.stderr
+
+
+BAD = [  # (arguments, what the one line on stderr says); {file} is an existing file
+    (['demo', '--jobs', '0'], "argument --jobs: expected an integer >= 1, got '0'"),
+    (['demo', '--out', '{file}'], 'is a file; expected a folder'),
+    (['serve-rollout', '--port', '99999'], "argument --port: expected an integer in 0..65535"),
+    (['serve-rollout', '--max-concurrent-rollouts', '0'], 'expected an integer >= 1'),
+    (['train', 'calculator', 'grpo.stepz=1'], "unknown config key 'grpo.stepz'; valid keys here: lr"),
+    (['train', 'calculator', 'grpo.steps=abc'], 'bad value for grpo.steps'),
+    (['train', 'calculator', 'grpo.mode=fast'], "grpo.mode='fast': expected 'sync' or 'async'"),
+    (['train', 'calculator', 'steps'], "override 'steps': expected key=value"),
+    (['train', 'no_such.yaml'], "config 'no_such.yaml' not found"),
+    (['train', 'grpo.steps=2'], 'looks like an override; give a CONFIG first'),
+    (['train', 'calculator', 'log.output_dir={file}'], 'is a file; expected a folder'),
+    (['eval', 'calculator', '--checkpoint', '/no/such/dir'], "checkpoint '/no/such/dir' not found"),
+]
+
+
+@pytest.mark.parametrize('args,says', BAD, ids=[' '.join(a) for a, _ in BAD])
+def test_a_bad_argument_is_one_line_and_exit_2(tmp_path, args, says):
+    f = tmp_path / 'a_file'; f.write_text('x')
+    r = run(*[a.format(file=f) for a in args])
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert len(r.stderr.strip().splitlines()) == 1 and says in r.stderr, r.stderr
+
+
+def test_jobs_with_one_seed_warns(tmp_path):
+    f = tmp_path / 'a_file'; f.write_text('x')  # stops right after the warning
+    r = run('demo', '--jobs', '2', '--out', str(f))
+    assert '--jobs 2 has no effect with one seed' in r.stderr and r.returncode == 2, r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_train_preset_prints_the_demos_summary(tmp_path):
+    "`demo --quick` is `train calculator_quick`: the same summary.json, times and paths aside."
+    a = run('demo', '--quick', '--out', str(tmp_path / 'a'), timeout=450)
+    b = run('train', 'calculator_quick', f'log.output_dir={tmp_path / "b"}', timeout=450)
+    assert a.returncode == 0 and b.returncode == 0, a.stderr[-2000:] + b.stderr[-2000:]
+    assert b.stdout.startswith('# resolved config') and 'grpo:' in b.stdout
+    load = lambda d: json.loads((tmp_path / d / 'summary.json').read_text())
+    strip = lambda s: {k: v for k, v in s.items() if k not in ('times', 'paths', 'config')}
+    assert json.dumps(strip(load('a'))) == json.dumps(strip(load('b')))
+    assert 'nan%' not in a.stdout

@@ -2,7 +2,9 @@
 import json, random, pytest
 from tunix_agentic.app.calc_tasks import (COMPOSITIONS, Teacher, make_splits, demonstrations, diagnose,
                                       parse_question)
-from tunix_agentic.app.demo import run_demo, run_seeds, DemoConfig, format_summary
+from tunix_agentic.app.config import load_config
+from tunix_agentic.app.demo import format_summary
+from tunix_agentic.app.run import Run, run_seeds
 from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
 
 
@@ -41,13 +43,14 @@ def test_teacher_error_rates_show_in_the_diagnosis():
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_run_seeds_tiny(tmp_path):
-    res = run_seeds(DemoConfig.tiny(output_dir=str(tmp_path)), [0, 1])
+    res = run_seeds(load_config('calculator', 'calculator_quick',
+                                overrides=[f'log.output_dir={tmp_path}']), [0, 1])
     assert '| 0 |' in res['table'] and '| 1 |' in res['table'] and 'mean ± sd' in res['table']
     for s in res['runs']:
         assert 0 <= s['heldout_success_before_rl'] <= 1 and 0 <= s['heldout_success_after_rl'] <= 1
         out = tmp_path / f"seed_{s['seed']}"
         assert (out / 'demo.png').stat().st_size > 1000
-        assert json.loads((out / 'summary.json').read_text())['config']['rl_steps'] == 1
+        assert json.loads((out / 'summary.json').read_text())['config']['grpo']['steps'] == 1
         assert list((out / 'grpo' / 'rollouts').glob('step_*.jsonl'))
         assert 'held-out success' in format_summary(s)
     assert (tmp_path / 'seeds.png').stat().st_size > 1000
@@ -57,7 +60,8 @@ def test_run_seeds_tiny(tmp_path):
 @pytest.mark.timeout(900)
 def test_rerun_prints_the_same_numbers(tmp_path):
     "Same seed, same machine: identical summaries (times aside)."
-    a = run_demo(DemoConfig.tiny(output_dir=str(tmp_path / 'a'), seed=5))
-    b = run_demo(DemoConfig.tiny(output_dir=str(tmp_path / 'b'), seed=5))
+    quick = lambda d: Run.from_config('calculator', 'calculator_quick',
+                                      overrides=[f'log.output_dir={tmp_path / d}', 'seed=5'])
+    a, b = quick('a').train(), quick('b').train()
     for k in ('diagnosis_before_rl', 'diagnosis_after_rl', 'grpo_train_success', 'sft_final_loss'):
         assert json.dumps(a[k]) == json.dumps(b[k]), k  # (an untrained run's accuracies can be NaN)

@@ -31,7 +31,8 @@ def _operands(rng: random.Random, kind: str) -> tuple[int, int, int]:
         a, b, c = rng.randint(10, 99), rng.randint(10, 99), rng.randint(3, 9)
         if kind == 'sub_mul': a, b = max(a, b) + 10, min(a, b)  # a positive difference
         return a, b, c
-    if kind in ('mul_add', 'mul_sub'): return rng.randint(10, 99), rng.randint(3, 9), rng.randint(10, 99)
+    if kind in ('mul_add', 'mul_sub'):
+        return rng.randint(10, 99), rng.randint(3, 9), rng.randint(10, 99)
     while True:  # add_div: a + b is a multiple of c, so the quotient is a whole number
         c = rng.randint(3, 9); s = c * rng.randint(4, 40); a = rng.randint(10, 99)
         if 10 <= s - a <= 99: return a, s - a, c
@@ -43,7 +44,8 @@ def make_task(rng: random.Random, kind: str = 'add_mul') -> dict:
     a, b, c = _operands(rng, kind)
     expr = COMPOSITIONS[kind][0].format(a=a, b=b, c=c)
     answer = eval(expr.replace('/', '//'))  # our own digits and operators only
-    return {'question': f'What is {expr}?', 'answer': str(answer), 'kind': kind, 'a': a, 'b': b, 'c': c}
+    return {'question': f'What is {expr}?', 'answer': str(answer), 'kind': kind,
+            'a': a, 'b': b, 'c': c}
 
 # %% ../../nbs/10_app/00_calc_tasks.ipynb #2dc83d8e
 def make_splits(seed: int, n_train: int, n_heldout: int,
@@ -72,13 +74,15 @@ def parse_question(text: str) -> dict | None:
 
 def call_text(name: str, a: int, b: int) -> str:
     "The assistant text of one calculator call, in the Qwen/Hermes tool-call format."
-    return '<tool_call>\n' + json.dumps({'name': name, 'arguments': {'a': a, 'b': b}}) + '\n</tool_call>'
+    call = json.dumps({'name': name, 'arguments': {'a': a, 'b': b}})
+    return '<tool_call>\n' + call + '\n</tool_call>'
 
 # %% ../../nbs/10_app/00_calc_tasks.ipynb #461e9b71
 def _mistype(n: int, rng: random.Random) -> int:
     "`n` with one digit replaced by another (never a leading zero)."
     s = str(abs(n)); i = rng.randrange(len(s))
-    d = rng.choice([x for x in '0123456789' if x != s[i] and not (i == 0 and x == '0' and len(s) > 1)])
+    d = rng.choice([x for x in '0123456789'
+                    if x != s[i] and not (i == 0 and x == '0' and len(s) > 1)])
     return int(s[:i] + d + s[i + 1:]) * (-1 if n < 0 else 1)
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,7 +142,8 @@ def _first_call(step) -> tuple[str, dict] | None:
     return (calls[0].name, dict(calls[0].arguments)) if calls else None
 
 def _first_output(step) -> str | None:
-    outs = (step.observation or {}).get('tool_outputs') or [] if isinstance(step.observation, dict) else []
+    obs = step.observation
+    outs = (obs or {}).get('tool_outputs') or [] if isinstance(obs, dict) else []
     if not outs: return None
     o = outs[0] if isinstance(outs[0], ToolOutput) else ToolOutput.from_dict(outs[0])
     return o.output if o.error is None else None
@@ -161,7 +166,8 @@ def diagnose(trajs: Sequence[Trajectory], success_threshold: float = 1.0) -> dic
             if call is None or call[0] != tool: continue
             if args is None:  # the second call copies the first call's real result
                 prev = _first_output(steps[0])
-                args = (int(prev), q['c']) if prev and re.fullmatch(r'-?\d+', prev) else (None, None)
+                ok = prev and re.fullmatch(r'-?\d+', prev)
+                args = (int(prev), q['c']) if ok else (None, None)
             hits[f'args_{k + 1}'].append(_args_ok(tool, call[1], args))
     mean = lambda xs: float(np.mean(xs)) if xs else float('nan')
     return {'tool_choice': mean(hits['tool_1'] + hits['tool_2']),

@@ -133,6 +133,14 @@ def _calculator_tools():
     return calculator_tools()
 TOOLSETS['calculator'] = _calculator_tools
 
+_SANDBOXES: dict = {}  # one warm LocalSandbox (fork server) shared by every environment
+
+def _code_interpreter_tools():
+    from tunix_agentic.tools.sandbox import CodeInterpreterTool, LocalSandbox
+    if 'local' not in _SANDBOXES: _SANDBOXES['local'] = LocalSandbox()
+    return [CodeInterpreterTool(_SANDBOXES['local'])]
+TOOLSETS['code_interpreter'] = _code_interpreter_tools
+
 # %% ../../nbs/03_envs/01_environments.ipynb #537e5be6
 def resolve_tools(tools: Any) -> list:
     "Tools from a toolset name, a list of names/tools, or a list of tools."
