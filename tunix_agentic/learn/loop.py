@@ -198,7 +198,7 @@ def train_on(self: OnlineLoop, step: int, trajs: list[Trajectory], extra: dict) 
     if self.on_step is not None: self.on_step(step, rec)
     return rec
 
-# %% ../../nbs/07_learn/03_loop.ipynb #3a97db87
+# %% ../../nbs/07_learn/03_loop.ipynb #e4491bf4
 def _groups_drawn(collector) -> int:
     "The collector's group counter, read without moving it."
     n = next(collector._groups)
@@ -217,7 +217,7 @@ def load_state_dict(self: OnlineLoop, d: dict):
     self.next_step, self.tasks_drawn = d['next_step'], d['tasks_drawn']
     self.collector._groups, self.dropped_stale = count(d['collector_groups']), d['dropped_stale']
 
-# %% ../../nbs/07_learn/03_loop.ipynb #90d5f426
+# %% ../../nbs/07_learn/03_loop.ipynb #2c31773d
 @patch
 def save_checkpoint(self: OnlineLoop) -> Path:
     "An orbax checkpoint of the learner at its step, with the loop's state beside it."
