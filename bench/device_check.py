@@ -41,17 +41,18 @@ def part_demo(a) -> dict:
     if missing:
         return dict(skipped=f'{" and ".join(missing)} not installed: the demo needs the default '
                             "model's tokenizer (pip install transformers tokenizers)")
-    from tunix_agentic.app.demo import DemoConfig, run_demo
-    out = os.path.join(a.out, 'demo')
-    if a.dry: cfg = DemoConfig.tiny(output_dir=out, tensorboard=False)
-    else: cfg = DemoConfig(n_train=400, n_heldout=64, n_greedy=16, n_demos=300, sft_short_steps=150,
-                           sft_full_steps=20, rl_steps=4, tasks_per_step=8, group_size=8,
-                           progress=False, tensorboard=False, output_dir=out)
-    t = time.perf_counter(); s = run_demo(cfg)
+    from tunix_agentic.app.run import Run
+    over = [f'log.output_dir={os.path.join(a.out, "demo")}', 'log.tensorboard=false',
+            'log.progress=false']
+    if not a.dry:  # the calculator preset, shortened to a couple of minutes on one GPU
+        over += ['tasks.n_train=400', 'tasks.n_heldout=64', 'sft.n_demos=300', 'sft.short_steps=150',
+                 'sft.full_steps=20', 'grpo.steps=4', 'collect.tasks_per_step=8', 'collect.group_size=8']
+    run = Run.from_config('calculator_quick' if a.dry else 'calculator', overrides=over)
+    t = time.perf_counter(); s = run.train()
     return dict(wall_s=time.perf_counter() - t, before=s['heldout_success_before_rl'],
                 after=s['heldout_success_after_rl'], times={k: round(v, 1) for k, v in s['times'].items()},
-                sizes=f'{cfg.sft_short_steps + cfg.sft_full_steps} SFT steps, {cfg.rl_steps} GRPO steps '
-                      f'of {cfg.tasks_per_step * cfg.group_size} episodes, {cfg.n_heldout} held-out')
+                sizes=('calculator_quick preset' if a.dry else 'calculator preset: 170 SFT steps, '
+                       '4 GRPO steps of 64 episodes, 64 held-out'))
 
 
 def gemma_model(a):
