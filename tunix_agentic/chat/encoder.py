@@ -10,9 +10,8 @@ from fastcore.basics import patch
 from ..core.trajectory import ToolCall
 from .template import ChatFormat, chat_format, describe_tokenizer
 from .tokens import (Drift, ChatDriftError, token_drift, truncate_tokens,
-                                   escape_special_tokens, turn_tokens,
-                                   mask_runs, response_spans, chat_renderer, text_encoder, text_decoder,
-                                   json_copy, added_tokens, spliced_ids_ok)
+    escape_special_tokens, turn_tokens, mask_runs, response_spans, chat_renderer, text_encoder,
+    text_decoder, json_copy, added_tokens, spliced_ids_ok)
 
 _log = logging.getLogger(__name__)
 
@@ -77,7 +76,7 @@ class EpisodeEncoder:
 # %% ../../nbs/02_chat/05_encoder.ipynb #61404572
 @patch
 def render(self: EpisodeEncoder, messages: list[dict], add_generation_prompt: bool, **kw) -> str:
-    "The chat template's text for `messages` (our tools and template kwargs, unless `kw` overrides)."
+    "The chat template's text for `messages` (our tools and kwargs unless `kw` overrides)."
     if self._render is None: self._render = chat_renderer(self.tokenizer)
     return self._render(messages, add_generation_prompt, **{'tools': self.tools, **kw},
                         **self.chat_template_kwargs)
@@ -109,13 +108,14 @@ def _prepare(self: EpisodeEncoder, m: dict) -> dict:
                                                  self._turn_tokens)
             self.metrics['tool_special_escaped'] += n
         if self.tool_output_max_tokens:
-            m['content'], n = truncate_tokens(self.tokenizer, m['content'], self.tool_output_max_tokens,
-                                              self.truncate_side, encode=self.encode)
+            m['content'], n = truncate_tokens(
+                self.tokenizer, m['content'], self.tool_output_max_tokens, self.truncate_side,
+                encode=self.encode)
             self.metrics['tool_tokens_cut'] += n
     return m
 
 # %% ../../nbs/02_chat/05_encoder.ipynb #f7703303
-_SHORTCUT_CHECKS = 8  # first uses of a head / delta render / ledger check compared with the full path
+_SHORTCUT_CHECKS = 8  # first uses of each shortcut compared with the full path
 _HEAD_CACHE = 64  # heads kept per tokenizer, least recently used dropped first
 _HEADS = weakref.WeakKeyDictionary()   # tokenizer -> {(template, tools, kwargs, system): _Head}
 _DELTAS = weakref.WeakKeyDictionary()  # tokenizer -> {(template, kwargs): _Shortcut}
@@ -167,10 +167,11 @@ def _head(self: EpisodeEncoder, messages: list[dict]) -> _Head | None:
     else:
         cache[key] = None
         if len(cache) > _HEAD_CACHE: cache.popitem(last=False)
-        try: text = self.render(([system] if system else []) + [{'role': 'user', 'content': _PLACEHOLDER}], False)
+        probe = ([system] if system else []) + [{'role': 'user', 'content': _PLACEHOLDER}]
+        try: text = self.render(probe, False)
         except Exception: return None
         end = text.find(_PLACEHOLDER)
-        cut = max((text.rfind(t, 0, end) + len(t) for t in self._added if text.rfind(t, 0, end) >= 0), default=0)
+        cut = max((i + len(t) for t in self._added if (i := text.rfind(t, 0, end)) >= 0), default=0)
         if cut: cache[key] = _Head(text=text[:cut], ids=self.encode(text[:cut]))
     h = cache[key]
     return h if h is not None and h.ok else None
@@ -254,7 +255,8 @@ def _cut(self: EpisodeEncoder, base: str, full: str) -> int:
 
 # %% ../../nbs/02_chat/05_encoder.ipynb #3f25e0b0
 @patch
-def _tail_text(self: EpisodeEncoder, history: list[dict], new: list[dict], n_anchor: int, **kw) -> str:
+def _tail_text(self: EpisodeEncoder, history: list[dict], new: list[dict], n_anchor: int,
+               **kw) -> str:
     "What a render of `history + new` adds after `history[:n_anchor]` (its last assistant turn)."
     full = self.render(history + new, True, **kw)
     return full[self._cut(self.render(history[:n_anchor], False, **kw), full):]
@@ -272,8 +274,8 @@ def _delta_text(self: EpisodeEncoder, new: list[dict]) -> str:
     self.metrics['history_rewrites'] = rewrites  # counted by the full render only
     if state.checking or text is None:
         full = self._tail_text(self.messages, new, self._n_anchor)
-        state.agrees(text == full, self.tokenizer, 'delta renders of a short context differ from full '
-                     'renders; rendering whole conversations from now on')
+        state.agrees(text == full, self.tokenizer, 'delta renders of a short context differ from '
+                     'full renders; rendering whole conversations from now on')
         return full
     return text
 

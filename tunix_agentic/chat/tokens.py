@@ -48,7 +48,7 @@ _STR_FORMAT = frozenset(('format', 'format_map'))  # the sandbox wraps these
 
 @functools.lru_cache(maxsize=32)
 def compiled_template(source: str):
-    "transformers' compiled chat template (`message.role` on a plain dict skips the sandbox's probe)."
+    "transformers' compiled chat template (`message.role` on a dict skips the sandbox's probe)."
     from jinja2.runtime import LoopContext
     from transformers.utils.chat_template_utils import _compile_jinja_template as compile_
     env = compile_(source).environment.overlay()  # same filters, globals, extensions and sandbox
@@ -87,8 +87,9 @@ def chat_renderer(tokenizer):
             return slow(messages, add_generation_prompt, tools=tools, **kw)
         source = tokenizer.get_chat_template(None, tools)
         special = {k: v for k in _special_names(source) if (v := getattr(tokenizer, k))}
-        return compiled_template(source).render(messages=messages, tools=tools, documents=None,
-                                                add_generation_prompt=add_generation_prompt, **{**special, **kw})
+        return compiled_template(source).render(
+            messages=messages, tools=tools, documents=None,
+            add_generation_prompt=add_generation_prompt, **{**special, **kw})
     return render
 
 # %% ../../nbs/02_chat/04_tokens.ipynb #7a3f0c04

@@ -306,8 +306,8 @@ def openai_messages(messages: list[dict], parser: ToolParser) -> list[dict]:
     "Messages in the OpenAI shape: an assistant's calls as `tool_calls`, ids matching the answers."
     out = []
     for i, m in enumerate(messages):
-        res = (parser.parse(m['content']) if m.get('role') == 'assistant' and not m.get('tool_calls')
-               and isinstance(m.get('content'), str) else None)
+        plain = m.get('role') == 'assistant' and not m.get('tool_calls')
+        res = parser.parse(m['content']) if plain and isinstance(m.get('content'), str) else None
         if res is None or not res.calls: out.append(m); continue
         after = itertools.takewhile(lambda t: t.get('role') == 'tool', messages[i + 1:])
         ids = [t.get('tool_call_id') for t in after]

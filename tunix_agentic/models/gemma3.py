@@ -174,8 +174,8 @@ def __call__(self: Gemma3Attention, x_btd, positions_bt, mask_bts, kpos_bs, kv=N
         mask_bts = mask_bts & near(kpos_bs)
         if prefix_kv is not None:
             n = prefix_kv[0].shape[0]
-            keys, vals = (jnp.concatenate([jnp.broadcast_to(p[None], (b, *p.shape)).astype(y.dtype), y],
-                                          1) for p, y in zip(prefix_kv, (k, v)))
+            rows = lambda p, y: jnp.broadcast_to(p[None], (b, *p.shape)).astype(y.dtype)
+            keys, vals = (jnp.concatenate([rows(p, y), y], 1) for p, y in zip(prefix_kv, (k, v)))
             mask_bts = jnp.concatenate([near(jnp.broadcast_to(jnp.arange(n), (b, n))), mask_bts], 2)
             prefix_kv = None
     return self.o_proj(attend(q, keys, vals, mask_bts, prefix_kv)), (k, v)
@@ -222,7 +222,8 @@ def _key_positions(positions_bt, cache, attn_mask_bs, prefix):
     "Position of the key in each slot `[b, s]`."
     if cache is None: return positions_bt
     b, off = positions_bt.shape[0], 0 if prefix is None else prefix.slots
-    if attn_mask_bs is None: return jnp.broadcast_to(off + jnp.arange(cache.slots), (b, cache.slots))
+    if attn_mask_bs is None:
+        return jnp.broadcast_to(off + jnp.arange(cache.slots), (b, cache.slots))
     return off + jnp.cumsum(attn_mask_bs.astype(jnp.int32), 1) - 1
 
 @patch

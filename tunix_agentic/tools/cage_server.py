@@ -184,7 +184,8 @@ def copy_back(req: dict, rep: dict, wd: int, copied_r: int) -> None:
             fcntl.flock(wd, fcntl.LOCK_EX)  # no parallel call of this workdir mid-copy
             cage.clear_dir(f'/proc/self/fd/{wd}')
             deep = cage.copy_tree('/tmp', f'/proc/self/fd/{wd}', owner)
-            if deep: rep['errors'].append(f'copy back: {deep} dirs below depth {cage.MAX_DEPTH} dropped')
+            if deep:
+                rep['errors'].append(f'copy back: {deep} dirs below depth {cage.MAX_DEPTH} dropped')
     except OSError as e: rep['errors'].append(f'copy back: {e}')
     finally: fcntl.flock(wd, fcntl.LOCK_UN)
 
