@@ -268,7 +268,7 @@ def test_online_loop_trains_on_remote_rollouts(tmp_path):
     finally: col.close(); rs.close()
     assert [r['step'] for r in recs] == [0, 1]
     assert engine.versions == (0, 1, 2)  # the weights go to the engine behind the callback
-    assert recs[0]['turns'] == 3 and 0 < recs[0]['success'] < 1
+    assert recs[0]['turns/mean'] == 3 and 0 < recs[0]['success'] < 1
     assert all(r['max_staleness_trained'] == 0 for r in recs)
 
 
