@@ -1,6 +1,7 @@
-"""The accelerator check: the demo (a short variant), a Gemma 3 270M GRPO stretch (steps/s,
-tokens/s, model FLOP utilisation) and the sampler's decode tokens/s at batch 64, each part in its own
-subprocess under its own time limit, then one table. Needs only this repository and JAX, flax and
+"""The accelerator check: peak device memory and time per token of a Gemma 3 270M GRPO step at
+16 x 512 with full logits against chunked log-probs (bench/learner_memory.py), a Gemma 3 270M GRPO
+stretch (steps/s, tokens/s, model FLOP utilisation), the sampler's decode tokens/s at batch 64 and
+the demo (a short variant), each part in its own subprocess under its own time limit, then one table. Needs only this repository and JAX, flax and
 optax: the demo is skipped (and says why) without transformers/tokenizers; the Gemma figures use a
 random model of the 270M's shape unless the GGUF package is installed (speed does not depend on the
 weights). `--dry` runs every part at toy sizes on the CPU (under ~2 minutes), to test the script.
@@ -13,7 +14,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-PARTS = ('env', 'demo', 'gemma_grpo', 'decode')
+PARTS = ('env', 'memory', 'gemma_grpo', 'decode', 'demo')  # most wanted first: the time is capped
 # dense bf16 peak FLOP/s by device_kind substring (vendor figures, no sparsity)
 PEAK_BF16 = {'H100 PCIe': 756e12, 'H100': 989e12, 'H200': 989e12, 'A100': 312e12, 'L4': 121e12,
              'TPU v5 lite': 197e12, 'TPU v5p': 459e12, 'TPU v4': 275e12, 'TPU v6': 918e12}
@@ -53,6 +54,24 @@ def part_demo(a) -> dict:
                 after=s['heldout_success_after_rl'], times={k: round(v, 1) for k, v in s['times'].items()},
                 sizes=('calculator_quick preset' if a.dry else 'calculator preset: 170 SFT steps, '
                        '4 GRPO steps of 64 episodes, 64 held-out'))
+
+
+def part_memory(a) -> dict:
+    "bench/learner_memory.py at 16 x 512, f32: each variant in its own process, within this part's time."
+    batch, seq, steps = (2, 64, 0) if a.dry else (16, 512, 3)  # dry: compile and estimate only
+    rows, deadline = [], time.monotonic() + a.limits['memory'] - 5
+    for v in ('full', 'chunk', 'chunk+remat'):
+        left, out = deadline - time.monotonic(), Path(a.out, f'memory_{v}.json')
+        if left < 20: rows.append(dict(variant=v, ran=f'not run: {left:.0f} s left')); continue
+        cmd = [sys.executable, str(HERE / 'learner_memory.py'), '--variants', v, '--batch', str(batch),
+               '--seq', str(seq), '--steps', str(steps), '--weights', 'random', '--max-gb', '70',
+               '--json', str(out)]
+        try: r = subprocess.run(cmd, capture_output=True, text=True, timeout=left)
+        except subprocess.TimeoutExpired:
+            rows.append(dict(variant=v, ran=f'timed out after {left:.0f} s')); continue
+        rows += (json.loads(out.read_text()) if out.exists() else
+                 [dict(variant=v, ran=f'exit {r.returncode}: {r.stderr.strip()[-300:]}')])
+    return dict(batch=f'{batch} x {seq}', dtype='float32', logit_chunk=1024, rows=rows)
 
 
 def gemma_model(a):
@@ -145,12 +164,12 @@ def main():
     p.add_argument('--out', default=os.environ.get('OUT') or 'runs/device_check')
     p.add_argument('--part', help=argparse.SUPPRESS)
     a = p.parse_args()
+    # dry: generous, for a CPU shared with other work (about 30 s of CPU time in all)
+    a.limits = (dict(env=120, memory=400, demo=400, gemma_grpo=400, decode=400) if a.dry else
+                dict(env=40, memory=210, gemma_grpo=100, decode=70, demo=110))  # 9 min at most in all
     if a.part:
         if a.dry: os.environ['JAX_PLATFORMS'] = 'cpu'
         print('RESULT ' + json.dumps(globals()[f'part_{a.part}'](a), default=str)); return
-    # dry: generous, for a CPU shared with other work (about 30 s of CPU time in all)
-    a.limits = (dict(env=120, demo=400, gemma_grpo=400, decode=400) if a.dry else
-                dict(env=60, demo=150, gemma_grpo=200, decode=100))  # 8.5 min at most, all of them
     os.makedirs(a.out, exist_ok=True)
     results, t0 = {}, time.perf_counter()
     for name in a.parts.split(','):
@@ -167,6 +186,16 @@ def main():
     dm = results.get('demo', {'skipped': 'not asked for'})
     print('  demo: ' + (dm.get('skipped') or dm.get('error') or
                         f'held-out {dm["before"]:.0%} -> {dm["after"]:.0%} in {dm["wall_s"]:.0f} s ({dm["sizes"]})'))
+    mem = results.get('memory') or {'error': 'not asked for'}
+    if 'rows' in mem:
+        print(f'  memory, Gemma 3 270M GRPO step {mem["batch"]}, {mem["dtype"]}, random weights:')
+        for r in mem['rows']:
+            fig = (f'device peak {r["device_peak_gb"]:.2f} GB, ' if 'device_peak_gb' in r else '') + (
+                f'{r["step_s"]:.3f} s/step, {r["s_per_token"] * 1e6:.1f} us/token' if r.get('ran') is True
+                else str(r.get('ran')))
+            est = f'XLA estimate {r["est_gb"]:.2f} GB; ' if 'est_gb' in r else ''
+            print(f'    {r["variant"]:12s} {est}{fig}')
+    else: print(f'  memory: {mem.get("error")}')
     g = g or {'error': 'not asked for'}
     d = d or {'error': 'not asked for'}
     print('  GRPO: ' + (g.get('error') or

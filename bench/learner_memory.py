@@ -104,6 +104,8 @@ def child(a) -> dict:
     step_s = min(ts) if ts else out['first_step_s']
     out.update(ran=True, step_s=step_s, s_per_token=step_s / (a.batch * a.seq),
                maxrss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6)
+    stats = jax.devices()[0].memory_stats() or {}  # an accelerator's allocator: its own peak
+    if 'peak_bytes_in_use' in stats: out['device_peak_gb'] = stats['peak_bytes_in_use'] / 1e9
     return out
 
 
@@ -118,6 +120,7 @@ def main():
     p.add_argument('--weights', default='real', choices=('real', 'random'))
     p.add_argument('--steps', type=int, default=0, help='steps to run (0: compile and estimate only)')
     p.add_argument('--max-gb', type=float, default=12.0, help='run a variant only under this estimate')
+    p.add_argument('--json', help='also write the rows to this JSON file')
     p.add_argument('--child', help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
@@ -131,15 +134,18 @@ def main():
         if r.returncode or not line:
             rows.append(dict(variant=v, ran=f'failed (exit {r.returncode}): ' + r.stderr.strip()[-300:]))
         else: rows.append(json.loads(line[0][7:]))
+    if a.json: open(a.json, 'w').write(json.dumps(rows, indent=1))
+    dev = any('device_peak_gb' in r for r in rows)
     print(f'GRPO step, {rows[0].get("model", "?")}, batch {a.batch} x {a.seq} tokens, {a.dtype}, '
           f'micro_batches {a.micro}, logit_chunk {a.chunk} in the chunked variants')
-    print(f'{"variant":14s}{"XLA est GB":>11s}{"temp GB":>9s}{"peak RSS GB":>12s}{"s/step":>9s}'
-          f'{"ms/token":>10s}  ran')
+    print(f'{"variant":14s}{"XLA est GB":>11s}{"temp GB":>9s}{"peak RSS GB":>12s}'
+          + (f'{"device peak GB":>15s}' if dev else '') + f'{"s/step":>9s}{"ms/token":>10s}  ran')
     f = lambda r, k, w, scale=1: format(r[k] * scale, f'{w}.2f') if k in r else format('-', f'>{w}')
     for r in rows:
         ran = r['ran'] if r['ran'] is not False else f'no: estimate over --max-gb {a.max_gb}'
         print(f'{r["variant"]:14s}{f(r, "est_gb", 11)}{f(r, "temp_gb", 9)}{f(r, "maxrss_gb", 12)}'
-              f'{f(r, "step_s", 9)}{f(r, "s_per_token", 10, 1e3)}  {ran}')
+              + (f(r, 'device_peak_gb', 15) if dev else '')
+              + f'{f(r, "step_s", 9)}{f(r, "s_per_token", 10, 1e3)}  {ran}')
     base = next((r for r in rows if r['variant'] == 'full' and 'est_gb' in r), None)
     for r in rows:
         if base and r is not base and 'est_gb' in r:
@@ -148,9 +154,11 @@ def main():
     if base and base.get('ran') and any(r.get('ran') is True for r in rows if r is not base):
         for r in rows:
             if r is not base and r.get('ran') is True:
-                print(f'RESULT: {r["variant"]} {r["step_s"]:.1f} s/step vs full {base["step_s"]:.1f} '
-                      f'-> {r["step_s"] / base["step_s"]:.2f}x the time; peak RSS {r["maxrss_gb"]:.2f} vs '
-                      f'{base["maxrss_gb"]:.2f} GB')
+                peak = (f'device peak {r["device_peak_gb"]:.2f} vs {base["device_peak_gb"]:.2f} GB'
+                        if 'device_peak_gb' in r and 'device_peak_gb' in base else
+                        f'peak RSS {r["maxrss_gb"]:.2f} vs {base["maxrss_gb"]:.2f} GB')
+                print(f'RESULT: {r["variant"]} {r["step_s"]:.3f} s/step vs full {base["step_s"]:.3f} '
+                      f'-> {r["step_s"] / base["step_s"]:.2f}x the time; {peak}')
 
 
 if __name__ == '__main__':

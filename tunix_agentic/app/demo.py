@@ -253,7 +253,7 @@ def plot_demo(sft_losses: list[float], records: list[dict], before: dict, after:
     if short_steps: axs[0].axvline(short_steps, color='gray', ls='--', lw=1)
     steps = [r['step'] for r in records]
     axs[1].plot(steps, [r['success'] for r in records], marker='.', label='training episodes')
-    from tunix_agentic.ui.viewer import integer_step_axis
+    from tunix_agentic.rollout.metrics import integer_step_axis
     integer_step_axis(axs[1], steps)  # a one-step run is not ticked -0.045..0.045
     axs[1].axhline(before['final_answer'], color='gray', ls=':', label='held-out, after SFT')
     axs[1].axhline(after['final_answer'], color='tab:green', ls=':', label='held-out, after GRPO')
