@@ -66,7 +66,8 @@ BAD = [  # (arguments, what the one line on stderr says); {file} is an existing 
     (['demo', '--out', '{file}'], 'is a file; expected a folder'),
     (['serve-rollout', '--port', '99999'], "argument --port: expected an integer in 0..65535"),
     (['serve-rollout', '--max-concurrent-rollouts', '0'], 'expected an integer >= 1'),
-    (['train', 'calculator', 'grpo.stepz=1'], "unknown config key 'grpo.stepz'; valid keys here: lr"),
+    (['train', 'calculator', 'grpo.stepz=1'],
+     "unknown config key 'grpo.stepz'; valid keys here: logit_chunk, lr"),
     (['train', 'calculator', 'grpo.steps=abc'], 'bad value for grpo.steps'),
     (['train', 'calculator', 'grpo.mode=fast'], "grpo.mode='fast': expected 'sync' or 'async'"),
     (['train', 'calculator', 'steps'], "override 'steps': expected key=value"),
@@ -103,3 +104,30 @@ def test_train_preset_prints_the_demos_summary(tmp_path):
     strip = lambda s: {k: v for k, v in s.items() if k not in ('times', 'paths', 'config')}
     assert json.dumps(strip(load('a'))) == json.dumps(strip(load('b')))
     assert 'nan%' not in a.stdout
+
+
+HOLD = ('import sys, time; from tunix_agentic.app.config import lock_run_folder; '
+        'lock_run_folder(sys.argv[1]); print("held", flush=True); time.sleep(600)')
+
+
+@pytest.mark.timeout(300)
+def test_a_second_train_into_a_held_run_folder_is_one_line_exit_2(tmp_path):
+    "Two `train`s into one folder would overwrite each other's checkpoints: the second one stops."
+    out = tmp_path / 'run'
+    holder = subprocess.Popen([sys.executable, '-c', HOLD, str(out)], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+    try:
+        assert holder.stdout.readline().strip() == 'held'
+        r = run('train', 'calculator_quick', f'log.output_dir={out}')
+        assert r.returncode == 2, r.stderr[-2000:]
+        assert r.stderr.splitlines() == [
+            f"tunix-agentic train: error: run folder '{out}' is in use by another process (pid "
+            f"{holder.pid}); wait for it to end or choose another log.output_dir"], r.stderr
+        assert not (out / 'config.yaml').exists()   # it stopped before writing anything
+    finally:
+        holder.kill(); holder.wait()
+    # the kernel dropped the killed holder's lock: the folder is free again, no stale lock file
+    again = subprocess.Popen([sys.executable, '-c', HOLD, str(out)], stdout=subprocess.PIPE,
+                             text=True, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+    try: assert again.stdout.readline().strip() == 'held'
+    finally: again.kill(); again.wait()

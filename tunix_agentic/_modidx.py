@@ -128,6 +128,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                                                                     'tunix_agentic/app/config.py'),
                                           'tunix_agentic.app.config.load_config': ( '10_app/config.html#load_config',
                                                                                     'tunix_agentic/app/config.py'),
+                                          'tunix_agentic.app.config.lock_run_folder': ( '10_app/config.html#lock_run_folder',
+                                                                                        'tunix_agentic/app/config.py'),
                                           'tunix_agentic.app.config.packaged_file': ( '10_app/config.html#packaged_file',
                                                                                       'tunix_agentic/app/config.py'),
                                           'tunix_agentic.app.config.preflight': ( '10_app/config.html#preflight',

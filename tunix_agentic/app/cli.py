@@ -6,7 +6,8 @@
 from __future__ import annotations
 import argparse, json, logging, platform, sys
 from pathlib import Path
-from .config import ConfigError, load_config, to_yaml, preset_names, preflight
+from .config import (ConfigError, load_config, to_yaml, preset_names, preflight,
+                                      lock_run_folder)
 
 # %% auto #0
 __all__ = ['scripted_calculator_episode', 'format_token_table', 'build_parser', 'main']
@@ -103,6 +104,7 @@ def _train(cfg, verbose: bool, seeds: list[int] | None = None, jobs: int = 1) ->
     "Print the resolved config, train (several seeds: each in its own process), print the summary."
     _check_out(cfg.log.output_dir)
     preflight(cfg)  # names and files, before JAX loads
+    lock_run_folder(cfg.log.output_dir)  # a second train into this folder: one line, exit 2
     saved = Path(cfg.log.output_dir) / 'config.yaml'
     print(f'# resolved config (saved as {saved})\n{to_yaml(cfg)}', flush=True)
     _quiet(verbose)

@@ -14,7 +14,7 @@ from ..core.registry import Registry
 __all__ = ['MODEL_SOURCES', 'HF_FAMILIES', 'ENGINES', 'WORKERS', 'PRESETS', 'ConfigError', 'ModelSection', 'ChatSection',
            'TasksSection', 'EnvSection', 'AgentSection', 'EpisodeSection', 'CollectSection', 'EngineSection',
            'WorkersSection', 'SFTSection', 'GRPOSection', 'EvalSection', 'LogSection', 'CheckpointSection', 'RunConfig',
-           'preset_names', 'config_path', 'packaged_file', 'load_config', 'to_yaml', 'preflight']
+           'preset_names', 'config_path', 'packaged_file', 'load_config', 'to_yaml', 'preflight', 'lock_run_folder']
 
 # %% ../../nbs/10_app/01_config.ipynb #4dafc353
 class ConfigError(ValueError):
@@ -143,8 +143,10 @@ class SFTSection:
     batch: int = 32
     lr: float = 3e-3
     warmup_steps: int = 10
+    logit_chunk: int = 0            # log-probs this many tokens at a time (0: full logits)
     def __post_init__(self):
-        _positive(self, 'sft', ('short_steps', 'full_steps', 'n_demos', 'warmup_steps'), 0)
+        _positive(self, 'sft', ('short_steps', 'full_steps', 'n_demos', 'warmup_steps',
+                               'logit_chunk'), 0)
         _positive(self, 'sft', ('batch',))
         _check(self.teacher in ('calculator', 'code'), 'sft.teacher', self.teacher,
                "'calculator' or 'code'")
@@ -157,8 +159,9 @@ class GRPOSection:
     micro_batches: int = 8          # one batch of 64 long rows peaked at 16 GB in one piece
     mode: str = 'sync'              # 'sync' | 'async'
     max_staleness: int = 1
+    logit_chunk: int = 0            # as sft.logit_chunk: bounds memory at large vocabularies
     def __post_init__(self):
-        _positive(self, 'grpo', ('steps',), 0)
+        _positive(self, 'grpo', ('steps', 'logit_chunk'), 0)
         _positive(self, 'grpo', ('micro_batches',))
         _check(self.mode in ('sync', 'async'), 'grpo.mode', self.mode, "'sync' or 'async'")
 
@@ -330,3 +333,22 @@ def preflight(cfg: RunConfig):
         p = getattr(cfg.tasks, k)
         if cfg.tasks.source == 'jsonl' and p and not Path(p).is_file():
             raise ConfigError(f'tasks.{k}={p!r}: no such file')
+
+# %% ../../nbs/10_app/01_config.ipynb #4ea3caf5
+_HELD_LOCKS: dict[Path, Any] = {}   # folder -> the open lock file this process holds
+
+def lock_run_folder(folder: str | Path) -> Path:
+    "Hold `folder` for this process; `ConfigError` if another process holds it."
+    import fcntl, os
+    d = Path(folder).resolve()
+    if d in _HELD_LOCKS: return d
+    d.mkdir(parents=True, exist_ok=True)
+    f = open(d / '.lock', 'a+')
+    try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0); pid = f.read().strip() or '?'; f.close()
+        raise ConfigError(f'run folder {str(folder)!r} is in use by another process (pid {pid}); '
+                          'wait for it to end or choose another log.output_dir') from None
+    f.truncate(0); f.write(f'{os.getpid()}\n'); f.flush()
+    _HELD_LOCKS[d] = f
+    return d

@@ -13,7 +13,8 @@ from ..learn.losses import LossConfig
 from ..learn.trainer import Trainer, TrainerConfig
 from ..learn.loop import OnlineLoop, LoopConfig, MetricSinks, read_metrics, latest_per_step
 from ..rollout.dumps import DumpWriter
-from .config import RunConfig, ConfigError, load_config, to_yaml, preflight
+from .config import (RunConfig, ConfigError, load_config, to_yaml, preflight,
+                                      lock_run_folder)
 from .demo import (load_tasks, build_policy, make_engine, make_collector, evaluate,
                    engine_on_copy, evaluate_both, teacher_demonstrations, sft_warm_start, plot_demo,
                    diagnosis_of, env_factory, agent_factory, seeds_table, plot_seeds)
@@ -67,7 +68,8 @@ def _warm_start(self: Run) -> list[float]:
     demos = teacher_demonstrations(self.train_tasks, self.tok, c)
     self.times['demonstrations_s'] = time.perf_counter() - t
     sft = Trainer(self.model, TrainerConfig(learning_rate=c.sft.lr, warmup_steps=c.sft.warmup_steps,
-                                            buckets=BUCKETS, pad_id=self.pad_id, shared_prefix=16))
+                                            buckets=BUCKETS, pad_id=self.pad_id, shared_prefix=16,
+                                            logit_chunk=c.sft.logit_chunk))
     t = time.perf_counter()
     self.sft_losses = sft_warm_start(sft, demos, c, self.sinks)
     self.times['sft_s'] = time.perf_counter() - t
@@ -85,7 +87,8 @@ def _learner(self: Run) -> Trainer:
         self._learner = Trainer(self.model, TrainerConfig(
             learning_rate=c.grpo.lr, buckets=BUCKETS, pad_id=self.pad_id,
             temperature=c.episode.temperature, shared_prefix=16, micro_batches=c.grpo.micro_batches,
-            sort_micro_batches=True, loss=LossConfig(advantage='grpo', aggregation='token-mean')))
+            sort_micro_batches=True, logit_chunk=c.grpo.logit_chunk,
+            loss=LossConfig(advantage='grpo', aggregation='token-mean')))
     return self._learner
 
 def _rows(self: Run) -> int:
@@ -103,6 +106,7 @@ Run.learner, Run.rows, Run.engine = property(_learner), property(_rows), propert
 def _loop(self: Run) -> OnlineLoop:
     if self._loop is None:
         c = self.cfg
+        lock_run_folder(self.out)  # the loop writes checkpoints there
         lcfg = LoopConfig(steps=max(c.grpo.steps, 1), tasks_per_step=c.collect.tasks_per_step,
                           mode=c.grpo.mode, max_staleness=c.grpo.max_staleness,
                           output_dir=str(self.out / 'grpo'), progress=c.log.progress,
@@ -224,7 +228,7 @@ Run._grpo, Run._evaluate_after = _grpo, _evaluate_after
 def _train(self: Run) -> dict:
     "Warm start, evaluation, GRPO, evaluation, saved model; the summary (also `summary.json`)."
     c, t0 = self.cfg, time.perf_counter()
-    self.out.mkdir(parents=True, exist_ok=True)
+    lock_run_folder(self.out)  # one process per run folder
     (self.out / 'config.yaml').write_text(to_yaml(c))
     resuming = self.has_checkpoint()
     self.sinks = MetricSinks(self.out, c.log.tensorboard, c.log.wandb_project, config=c.to_dict())
