@@ -6,7 +6,7 @@ optax: the demo is skipped (and says why) without transformers/tokenizers; the G
 random model of the 270M's shape unless the GGUF package is installed (speed does not depend on the
 weights). `--dry` runs every part at toy sizes on the CPU (under ~2 minutes), to test the script.
 
-    bash bench/device_check.sh            # on the accelerator (about 6-8 minutes)
+    bash bench/device_check.sh            # on the accelerator (one H100: 6.6 min, 2026-11-27)
     bash bench/device_check.sh --dry      # anywhere, on CPU
 """
 import argparse, importlib.util, json, os, subprocess, sys, time
@@ -47,13 +47,13 @@ def part_demo(a) -> dict:
             'log.progress=false']
     if not a.dry:  # the calculator preset, shortened to a couple of minutes on one GPU
         over += ['tasks.n_train=400', 'tasks.n_heldout=64', 'sft.n_demos=300', 'sft.short_steps=150',
-                 'sft.full_steps=20', 'grpo.steps=4', 'collect.tasks_per_step=8', 'collect.group_size=8']
+                 'sft.full_steps=20', 'grpo.steps=2', 'collect.tasks_per_step=8', 'collect.group_size=8']
     run = Run.from_config('calculator_quick' if a.dry else 'calculator', overrides=over)
     t = time.perf_counter(); s = run.train()
     return dict(wall_s=time.perf_counter() - t, before=s['heldout_success_before_rl'],
                 after=s['heldout_success_after_rl'], times={k: round(v, 1) for k, v in s['times'].items()},
                 sizes=('calculator_quick preset' if a.dry else 'calculator preset: 170 SFT steps, '
-                       '4 GRPO steps of 64 episodes, 64 held-out'))
+                       '2 GRPO steps of 64 episodes, 64 held-out'))
 
 
 def part_memory(a) -> dict:
@@ -166,7 +166,7 @@ def main():
     a = p.parse_args()
     # dry: generous, for a CPU shared with other work (about 30 s of CPU time in all)
     a.limits = (dict(env=120, memory=400, demo=400, gemma_grpo=400, decode=400) if a.dry else
-                dict(env=40, memory=210, gemma_grpo=100, decode=70, demo=110))  # 9 min at most in all
+                dict(env=30, memory=210, gemma_grpo=80, decode=50, demo=170))  # 9 min at most in all
     if a.part:
         if a.dry: os.environ['JAX_PLATFORMS'] = 'cpu'
         print('RESULT ' + json.dumps(globals()[f'part_{a.part}'](a), default=str)); return
