@@ -6,7 +6,7 @@ optax: the demo is skipped (and says why) without transformers/tokenizers; the G
 random model of the 270M's shape unless the GGUF package is installed (speed does not depend on the
 weights). `--dry` runs every part at toy sizes on the CPU (under ~2 minutes), to test the script.
 
-    bash bench/device_check.sh            # on the accelerator (one H100: 6.6 min, 2026-11-27)
+    bash bench/device_check.sh            # on the accelerator (about 7 min on one H100)
     bash bench/device_check.sh --dry      # anywhere, on CPU
 """
 import argparse, importlib.util, json, os, subprocess, sys, time

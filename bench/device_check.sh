@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The accelerator check (see bench/device_check.py): run from the repository root.
-#   bash bench/device_check.sh          # on the GPU/TPU machine: 6.6 min measured on one H100 (2026-11-27)
+#   bash bench/device_check.sh          # on the GPU/TPU machine: about 7 min on one H100
 #   bash bench/device_check.sh --dry    # on CPU at toy sizes, to test the script
 # Needs JAX (with CUDA or TPU support), flax and optax; uses this checkout, not an installed copy.
 # The package also imports fastcore, and the demo needs transformers, tokenizers, omegaconf...: a
