@@ -150,7 +150,7 @@ def test_stateful_workdir(userns):
 @pytest.mark.timeout(120)
 def test_root_without_sys_admin(tmp_path):
     """Root without CAP_SYS_ADMIN or user namespaces (like a default Docker container): refused by
-    default, naming the setting that accepts it; with isolation='best_effort', runs as uid 65534."""
+    default, naming the setting that accepts it; with isolation='best_effort', runs as a uid of its own (SandboxConfig.uid_pool + i)."""
     import shutil, subprocess, sys
     if os.geteuid() != 0 or not shutil.which('setpriv'): pytest.skip('needs root and setpriv')
     script = tmp_path / 'nocap.py'
@@ -167,7 +167,7 @@ def test_root_without_sys_admin(tmp_path):
         % str(tmp_path))
     p = subprocess.run(['setpriv', '--bounding-set=-sys_admin', '--inh-caps=-sys_admin', sys.executable,
                         str(script)], capture_output=True, text=True, timeout=100)
-    assert p.stdout.split() == ['sandbox_error', 'True', 'ok', '65534', 'ok', '7', 'True'], p.stdout + p.stderr[-2000:]
+    assert p.stdout.split() == ['sandbox_error', 'True', 'ok', '4000000000', 'ok', '7', 'True'], p.stdout + p.stderr[-2000:]
 
 
 @pytest.mark.timeout(60)

@@ -276,6 +276,8 @@ def test_sysv_ipc_does_not_persist(sbx, iso):
 @pytest.mark.timeout(60)
 def test_fill_scratch(sbx, iso):
     "2 GB into the scratch dir and /dev/shm: stops at the call's disk_mb, host disk untouched."
+    if not iso.get('private_tmp'):  # no tmpfs of its own: only RLIMIT_FSIZE per file, and it says so
+        assert 'disk_bound' in iso['missing'], iso
     needs(iso, 'private_tmp')
     code = ('import os\nn = 0\nchunk = b"x" * (1 << 20)\ntry:\n    for i in range(2048):\n'
             '        d = "/dev/shm" if i % 2 else "."\n'
@@ -302,6 +304,22 @@ def test_process_limit_is_per_call(sbx, iso):
     h, *rest = run(go())
     assert h.status == 'ok' and h.stdout.startswith('hog ') and int(h.stdout.split()[1]) >= sbx.config.max_processes - 3, h
     assert [(r.status, r.stdout) for r in rest] == [('ok', 'sub\n')] * 4, rest
+    next_call_works(sbx)
+
+
+@pytest.mark.timeout(60)
+def test_calls_get_their_own_uid(sbx, iso):
+    "Root without a user namespace: concurrent calls run as distinct uids of the pool, never root."
+    if not iso.get('uid_pool'): needs(iso, 'userns')  # with one: its own count per namespace
+    code = 'import os, time\ntime.sleep(0.5)\nprint(os.getuid(), os.getgid())'
+    async def go():
+        return await asyncio.gather(*(sbx.run(code) for _ in range(3)))
+    rs = run(go())
+    assert [r.status for r in rs] == ['ok'] * 3, rs
+    uids = [int(r.stdout.split()[0]) for r in rs]
+    if iso.get('uid_pool'):
+        assert len(set(uids)) == 3 and min(uids) >= sbx.config.uid_pool, uids
+    else: assert set(uids) == {sbx.config.uid}, uids  # inside its own user namespace
     next_call_works(sbx)
 
 
@@ -484,21 +502,26 @@ MEMORY_ATTACKS = {
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize('kind', [
-    pytest.param(k, marks=pytest.mark.xfail(strict=False, reason=(
-        'flaky: in one of two fresh-clone runs a fork tree printed 320 MiB held against a 288 MiB '
-        'cgroup v1 bound before the kill landed; open issue, see the stop-23 note')))
-    if k == 'fork_tree' else k for k in MEMORY_ATTACKS])
+@pytest.mark.parametrize('kind', list(MEMORY_ATTACKS))
 def test_memory_bound_per_call(sbx, iso, kind):
-    "640 MiB through memfds, SysV segments, a fork tree or tmpfs + memfd: held <= the call's bound."
+    """640 MiB through memfds, SysV segments, a fork tree or tmpfs + memfd: the call's cgroup peak
+    (what the bound promises: every page charged to the call) stays <= its bound.
+
+    The code's own count ('held') is also checked where one process holds everything. A fork tree's
+    count is not memory at one instant: when a child's allocation hits the bound, the OOM killer
+    picks a victim and the oom_reaper frees its memory before the victim exits, so the child that
+    waited completes and reports while the parent still sees the victim alive (one fresh-clone run
+    printed 320 MiB 'held' = 4 x 80 against 288: 3 children resident plus one already reaped)."""
     needs(iso, 'cgroup', *(['ipcns'] if kind == 'sysv' else []))  # no SysV at all without one
     bound = CFG.memory_mb + CFG.disk_mb
     r = run(sbx.run(MEMORY_ATTACKS[kind], timeout=20))
     held = [int(l.split()[1]) for l in r.stdout.splitlines() if l.startswith('held')]
-    print(f'{WHO} {kind}: held at most {max(held or [0])} MiB of 640 tried, bound {bound} MiB, '
-          f'status {r.status} {r.message}')
+    peak = r.isolation.get('memory_peak_mb')
+    print(f'{WHO} {kind}: cgroup peak {peak} MiB, the code counted at most {max(held or [0])} MiB '
+          f'of 640 tried, bound {bound} MiB, status {r.status} {r.message}')
     assert r.status in ('killed', 'error') or kind == 'fork_tree', r  # there: children die
-    assert max(held or [0]) <= bound, r  # a loaded machine may kill a fork tree before it holds any
+    assert peak is not None and peak <= bound, r
+    if kind != 'fork_tree': assert max(held or [0]) <= bound, r
     next_call_works(sbx)
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio, atexit, itertools, json, os, socket, subprocess, sys, threading
 from fastcore.basics import patch
 from pathlib import Path
-from . import cage_server
+from . import cage_loop
 
 # %% auto #0
 __all__ = ['SERVER_PATH', 'ForkServer', 'fork_server', 'run_call']
 
 # %% ../../nbs/01_tools/05_forkserver.ipynb #d12bea0e
-SERVER_PATH = Path(cage_server.__file__)  # run by path: `python -I SERVER_PATH setup fd`
+SERVER_PATH = Path(cage_loop.__file__)  # run by path: `python -I SERVER_PATH setup fd`
 
 # %% ../../nbs/01_tools/05_forkserver.ipynb #3db7b069
 _ENV = {'PATH': '/usr/local/bin:/usr/bin:/bin', 'LANG': 'C.UTF-8', 'LC_ALL': 'C.UTF-8',

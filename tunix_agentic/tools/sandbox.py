@@ -39,6 +39,7 @@ class SandboxConfig:
     pool_size: int = 4  # launchers the fork server keeps ready, namespaces and all
     uid: int = 65534  # the code's uid (and, as root, its user namespace's owner)
     gid: int = 65534
+    uid_pool: int = 4_000_000_000  # as root without user namespaces: call i runs as uid_pool + i
     expose: tuple[str, ...] = ()  # host paths the call sees (read-only) besides system and python
     preload: tuple[str, ...] = ('math', 're', 'json', 'collections', 'itertools',
                                 'functools', 'random', 'fractions', 'decimal',
@@ -52,6 +53,9 @@ class SandboxConfig:
                   'max_output_bytes', 'disk_mb', 'disk_inodes'):
             if not getattr(self, f) > 0:
                 raise ValueError(f'SandboxConfig.{f} must be > 0, got {getattr(self, f)!r}')
+        if not 0 < self.uid_pool < 2**32 - 2**16:
+            raise ValueError(f'SandboxConfig.uid_pool must be in (0, 2**32 - 65536), got '
+                             f'{self.uid_pool!r}')
         if self.isolation not in ('auto', 'best_effort', 'strict', 'none'):
             raise ValueError("SandboxConfig.isolation must be 'auto', 'best_effort', 'strict' or "
                              f"'none', got {self.isolation!r}")
@@ -78,7 +82,8 @@ class SandboxResult:
 
 # %% ../../nbs/01_tools/06_sandbox.ipynb #eaf1032b
 _WANT = ('userns', 'mountns', 'netns', 'ipcns', 'utsns', 'pidns', 'fs_view', 'private_tmp',
-         'own_proc', 'reaper', 'nproc_per_call', 'seccomp', 'cgroup')  # what 'strict' requires
+         'own_proc', 'reaper', 'nproc_per_call', 'seccomp', 'cgroup',
+         'disk_bound')  # what 'strict' requires
 
 def _python_paths(python: str) -> list[str]:
     "Directories the sandboxed interpreter must still see when home directories are hidden."
@@ -123,7 +128,7 @@ def _request(self: LocalSandbox, timeout: float) -> tuple[dict, dict]:
            'OMP_NUM_THREADS': '1', 'OPENBLAS_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1',
            'MPLBACKEND': 'Agg', **dict(c.env)}
     req = dict(timeout=timeout, limits=limits, disk_mb=c.disk_mb, disk_inodes=c.disk_inodes,
-               isolation=c.isolation, uid=c.uid, gid=c.gid,
+               isolation=c.isolation, uid=c.uid, gid=c.gid, uid_pool=c.uid_pool,
                want=list(_WANT) if c.isolation != 'none' else [],
                call_memory=(c.memory_mb + c.disk_mb) << 20, call_pids=c.max_processes + 4)
     return req, {'env': env}
