@@ -2,16 +2,17 @@
 `python -c` spawn, in the same run.
 
 For each of (a) bare `python -c 'print(1+1)'` subprocesses (same interpreter, asyncio, no isolation)
-and (b) `LocalSandbox.run('print(1+1)')` (fork server: fork, new user/mount/net/IPC/UTS/PID
-namespaces, private tmpfs, own /proc, seccomp, rlimits, capped output), N sequential runs give
+and (b) `LocalSandbox.run('print(1+1)')` (fork server: a spare launcher readied by its spawner in
+new user/mount/net/IPC/UTS/PID namespaces and a cgroup, private tmpfs, own /proc, seccomp, rlimits,
+capped output), N sequential runs give
 p50/p95 latency, and N runs at concurrency C give executions/s. The two kinds are interleaved in
 rounds (latency: call by call) so that load from other processes on the machine hits both alike.
 Both are spawned the same way (asyncio, pipes, start_new_session=True for the bare spawn). The fork
 server is started before timing (once per process; its start-up is printed). Target (issues 11,
 26): throughput at concurrency 4 >= 3x the bare spawn on a quiet machine.
 
-CPU per call counts the trainer, the fork server and every process of the call (W, R, U) for the
-sandbox, the trainer and the child for the bare spawn; the kernel's deferred work (network namespace
+CPU per call counts the trainer, the fork server, its spawner and every process of the call (W, R,
+U) for the sandbox, the trainer and the child for the bare spawn; the kernel's deferred work (network namespace
 teardown) is not in it (nor, for bwrap, the processes its PID namespace's pid 1 leaves to the kernel,
 so its CPU column is not comparable). Throughput phases are interleaved in chunks of 10 calls per kind, so load
 from other processes on the machine hits both alike. `--bwrap` adds bubblewrap (spawn per call:
@@ -68,13 +69,19 @@ async def throughput(fn, n, c):
     return time.perf_counter() - t0
 
 
+def tree_ms(pid):
+    "CPU ms of `pid`, its reaped children and, recursively, its live ones (spawner, launchers)."
+    try:
+        f = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()
+        kids = open(f'/proc/{pid}/task/{pid}/children').read().split()
+    except OSError: return 0.0
+    return sum(int(x) for x in f[11:15]) * 1e3 / os.sysconf('SC_CLK_TCK') + sum(tree_ms(k) for k in kids)
+
+
 def cpu_ms(server_pid=None):
-    "CPU ms so far of this process, its reaped children, and the fork server with its children."
+    "CPU ms so far of this process, its reaped children, and the fork server's whole tree."
     t = os.times(); ms = (t.user + t.system + t.children_user + t.children_system) * 1e3
-    if server_pid:
-        f = open(f'/proc/{server_pid}/stat').read().rsplit(')', 1)[1].split()
-        ms += sum(int(x) for x in f[11:15]) * 1e3 / os.sysconf('SC_CLK_TCK')
-    return ms
+    return ms + (tree_ms(server_pid) if server_pid else 0.0)
 
 
 def pct(xs, q):
