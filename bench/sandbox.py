@@ -19,11 +19,14 @@ from other processes on the machine hits both alike. `--bwrap` adds bubblewrap (
 `bwrap --unshare-all ... python -c`), for comparison only.
 
 Usage: python bench/sandbox.py [--n 40] [--concurrency 1 4] [--rounds 2] [--pool 4] [--bwrap]
+       [--before CHECKOUT]  (e.g. `git worktree add --detach /tmp/before 5254d66`: the same calls
+       through that checkout's fork server, interleaved with the others)
 The sandbox runs with every protection of issue 26 (allowlist root, seccomp allowlist, fresh keyring,
 a cgroup per call where one is delegated); the load average is printed at start and end.
 The last line states the figures.
 """
-import argparse, asyncio, os, shutil, statistics, sys, time
+import argparse, asyncio, logging, os, shutil, statistics, sys, time
+from pathlib import Path
 
 from tunix_agentic.tools.sandbox import LocalSandbox, SandboxConfig
 
@@ -78,10 +81,23 @@ def tree_ms(pid):
     return sum(int(x) for x in f[11:15]) * 1e3 / os.sysconf('SC_CLK_TCK') + sum(tree_ms(k) for k in kids)
 
 
-def cpu_ms(server_pid=None):
-    "CPU ms so far of this process, its reaped children, and the fork server's whole tree."
+def cpu_ms(server_pids=()):
+    "CPU ms so far of this process, its reaped children, and the fork servers' whole trees."
     t = os.times(); ms = (t.user + t.system + t.children_user + t.children_system) * 1e3
-    return ms + (tree_ms(server_pid) if server_pid else 0.0)
+    return ms + sum(tree_ms(p) for p in server_pids)
+
+
+def before_sandbox(checkout, pool):
+    "A sandbox whose fork server runs from another checkout's tools (the code before a change)."
+    from tunix_agentic.tools import forkserver
+    tools = Path(checkout).resolve() / 'tunix_agentic' / 'tools'
+    path = next(p for p in (tools / 'cage_loop.py', tools / 'cage_server.py') if p.exists())
+    now, forkserver.SERVER_PATH = forkserver.SERVER_PATH, path
+    try:  # `expose` differs, so it gets a fork server of its own
+        sbx = LocalSandbox(SandboxConfig(timeout_s=30, pool_size=pool, expose=(str(tools),)))
+        sbx.server()
+    finally: forkserver.SERVER_PATH = now
+    return sbx
 
 
 def pct(xs, q):
@@ -100,7 +116,11 @@ async def main(a):
     print(f'sandbox: {r.status} {r.message}; protections: ' + ', '.join(
         k for k in ('userns', 'mountns', 'netns', 'ipcns', 'utsns', 'pidns', 'fs_view', 'private_tmp',
                     'own_proc', 'seccomp', 'cgroup') if iso.get(k)) + f"; missing {iso.get('missing')}")
-    kinds = {'raw': raw_once, 'sandbox': lambda: sbx_once(sbx)}
+    kinds, pids = {'raw': raw_once, 'sandbox': lambda: sbx_once(sbx)}, [srv.proc.pid]
+    if a.before:  # the same calls through the fork server of another checkout
+        logging.getLogger('tunix_agentic.tools.sandbox').setLevel(logging.ERROR)  # older 'missing'
+        old = await asyncio.to_thread(before_sandbox, a.before, a.pool)
+        kinds['before'], pids = (lambda: sbx_once(old)), pids + [old.server().proc.pid]
     if a.bwrap and shutil.which('bwrap'): kinds['bwrap'] = bwrap_once
     lat = {k: [] for k in kinds}
     secs = {(k, c): [] for k in kinds for c in a.concurrency}
@@ -113,9 +133,9 @@ async def main(a):
         for c in a.concurrency:
             for _ in range(max(1, a.n // 10)):  # throughput: alternate chunks of 10 calls
                 for k, fn in kinds.items():
-                    c0 = cpu_ms(srv.proc.pid)
+                    c0 = cpu_ms(pids)
                     secs[k, c].append(await throughput(fn, 10, c))
-                    cpu[k].append((cpu_ms(srv.proc.pid) - c0) / 10)
+                    cpu[k].append((cpu_ms(pids) - c0) / 10)
         for k in kinds:
             tp = ', '.join(f'{10 * len(secs[k, c]) / sum(secs[k, c]):6.1f} exec/s at {c}' for c in a.concurrency)
             print(f'round {rnd} {k:8s}: p50 {pct(lat[k][-a.n:], 50) * 1e3:6.1f} ms, p95 '
@@ -129,6 +149,11 @@ async def main(a):
     for c in a.concurrency:
         parts.append(f"concurrency {c}: sandbox {tput['sandbox', c]:.1f} vs raw {tput['raw', c]:.1f} "
                      f"exec/s ({tput['sandbox', c] / tput['raw', c]:.2f}x)")
+    if 'before' in kinds:
+        parts += [f"before ({a.before}): p50 {p50['before']:.1f} ms, " + ', '.join(
+            f"concurrency {c} {tput['before', c]:.1f} exec/s ({tput['before', c] / tput['raw', c]:.2f}x raw)"
+            for c in a.concurrency)]
+    parts.append('CPU per call ' + ', '.join(f'{k} {statistics.median(v):.1f} ms' for k, v in cpu.items()))
     if 'bwrap' in kinds: parts.append(f"bwrap p50 {p50['bwrap']:.1f} ms")
     print(f'RESULT bench/sandbox.py: print(1+1), {a.rounds}x{a.n} sequential + throughput chunks, '
           f'cpus={os.cpu_count()}, pool {a.pool}: ' + '; '.join(parts) +
@@ -142,4 +167,5 @@ if __name__ == '__main__':
     ap.add_argument('--rounds', type=int, default=2)
     ap.add_argument('--pool', type=int, default=SandboxConfig.pool_size, help='ready launchers')
     ap.add_argument('--bwrap', action='store_true', help='also time bubblewrap (if installed)')
+    ap.add_argument('--before', help="a checkout of the code before a change: its fork server is timed too")
     asyncio.run(main(ap.parse_args()))
