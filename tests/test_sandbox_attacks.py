@@ -627,7 +627,13 @@ def test_interpreter_under_tmp(sbx, iso):
         s = LocalSandbox(dataclasses.replace(sbx.config, python=os.path.join(venv, 'bin', 'python')))
         r = run(s.run('import sys, decimal, json\nprint(sys.prefix)'))
         assert (r.status, r.stdout) == ('ok', venv + '\n'), r
-    finally: shutil.rmtree(venv, ignore_errors=True)
+        os.symlink(venv, venv + '_link')  # a symlinked venv under /tmp (a fresh clone's .venv)
+        s = LocalSandbox(dataclasses.replace(sbx.config, python=os.path.join(venv + '_link', 'bin', 'python')))
+        r = run(s.run('import sys, decimal, json\nprint(sys.prefix)'))
+        assert (r.status, r.stdout) == ('ok', venv + '_link\n'), r
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
+        if os.path.islink(venv + '_link'): os.unlink(venv + '_link')
 
 
 # ---- the same file again, under a simulated Docker default profile --------------------------------

@@ -68,11 +68,11 @@ def view_paths(extra) -> list[str]:
     return out
 
 # %% ../../nbs/01_tools/04_cage.ipynb #dc231a6d
-def graft(root: str, path: str, fd: int | None) -> None:
-    "Show host `path` (opened as `fd`) at the same place under `root`; a symlink stays a symlink."
+def graft(root: str, path: str, fd: int | str) -> None:
+    "Show host `path` (its O_PATH fd, or a symlink's target) at the same place under `root`."
     tgt = root + path
     os.makedirs(os.path.dirname(tgt), exist_ok=True)
-    if fd is None: os.symlink(os.readlink(path), tgt); return
+    if isinstance(fd, str): os.symlink(fd, tgt); return
     if os.path.isdir(f'/proc/self/fd/{fd}'): os.makedirs(tgt, exist_ok=True)
     else: open(tgt, 'w').close()
     mount(f'/proc/self/fd/{fd}', tgt, None, MS_BIND | MS_REC)
@@ -106,7 +106,7 @@ def template(cfg: dict) -> list[str]:
         write('/proc/self/uid_map', f'{uid} {uid} 1'); write('/proc/self/gid_map', f'{gid} {gid} 1')
     mount(None, '/', None, MS_REC | MS_PRIVATE)  # nothing propagates back to the host
     paths = view_paths(cfg['expose'])  # opened before /tmp (a venv may live there) is covered
-    fds = {p: None if os.path.islink(p) else os.open(p, os.O_PATH) for p in paths}
+    fds = {p: os.readlink(p) if os.path.islink(p) else os.open(p, os.O_PATH) for p in paths}
     proc = os.open('/proc', os.O_PATH | os.O_DIRECTORY)
     root = '/tmp'  # any dir will do: the host's /tmp is not touched, only covered here
     mount('tmpfs', root, 'tmpfs', MS_NOSUID | MS_NODEV, 'mode=755,size=1m')
@@ -117,7 +117,7 @@ def template(cfg: dict) -> list[str]:
                      ('stdout', '/proc/self/fd/1'), ('stderr', '/proc/self/fd/2')):
         os.symlink(to, f'{root}/dev/{name}')
     for fd in [proc, *fds.values()]:
-        if fd is not None: os.close(fd)
+        if isinstance(fd, int): os.close(fd)
     pivot(root)
     try: mount_setattr('/', set_=MS_RDONLY | MS_NOSUID, recursive=True)
     except OSError: readonly_remounts()  # kernels before 5.12
