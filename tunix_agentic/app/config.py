@@ -4,7 +4,7 @@
 
 # %% ../../nbs/10_app/01_config.ipynb #d49776c1
 from __future__ import annotations
-import dataclasses, importlib.resources, warnings
+import dataclasses, importlib.resources, importlib.util, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -123,7 +123,7 @@ class EngineSection:
 @dataclass(frozen=True, kw_only=True)
 class WorkersSection:
     "Where episodes run: in this process, in worker processes, or on Ray."
-    kind: str = 'none'              # 'none' | 'processes' | 'ray' (train runs 'none' today)
+    kind: str = 'none'              # 'none' | 'processes' | 'ray'
     count: int = 1
     def __post_init__(self):
         _check(self.kind in WORKERS, 'workers.kind', self.kind, f'one of {WORKERS}')
@@ -325,7 +325,9 @@ def preflight(cfg: RunConfig):
     "Raise `ConfigError` for what `train` cannot run: engine, workers, names, missing files."
     _check(cfg.engine.kind == 'jax', 'engine.kind', cfg.engine.kind, "'jax' (train drives our "
            'JaxEngine today; sglang-jax and HTTP engines serve rollouts through serve-rollout)')
-    _check(cfg.workers.kind == 'none', 'workers.kind', cfg.workers.kind, "'none' (train today)")
+    if cfg.workers.kind == 'ray' and importlib.util.find_spec('ray') is None:
+        raise ConfigError("workers.kind='ray': Ray is not installed (pip install ray), "
+                          "or use workers.kind=processes")
     _names(cfg)
     if cfg.model.source != 'default' and not Path(cfg.model.path).exists():
         raise ConfigError(f'model.path={cfg.model.path!r}: no such file or folder')

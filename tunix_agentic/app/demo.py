@@ -22,9 +22,10 @@ _log = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['TASK_SOURCES', 'SYSTEM_PROMPTS', 'GENERIC_PROMPT', 'read_jsonl_tasks', 'load_tasks', 'build_policy', 'make_engine',
-           'env_factory', 'agent_factory', 'make_collector', 'generic_diagnosis', 'diagnosis_of', 'evaluate',
-           'engine_on_copy', 'evaluate_both', 'CodeTeacher', 'teacher_demonstrations', 'sft_warm_start', 'plot_demo',
-           'pct', 'format_summary', 'seeds_table', 'plot_seeds']
+           'env_factory', 'agent_factory', 'make_collector', 'worker_collector', 'make_worker_pool',
+           'generic_diagnosis', 'diagnosis_of', 'evaluate', 'engine_on_copy', 'evaluate_both', 'CodeTeacher',
+           'teacher_demonstrations', 'sft_warm_start', 'plot_demo', 'pct', 'format_summary', 'seeds_table',
+           'plot_seeds']
 
 # %% ../../nbs/10_app/02_demo.ipynb #5c7f40e0
 def read_jsonl_tasks(path: str | Path, fields: dict[str, str]) -> list[dict]:
@@ -134,6 +135,26 @@ def make_collector(engine, tok, cfg: RunConfig, group_size: int, seed: int, temp
                              temperature=temperature, max_new_tokens=e.max_new_tokens))
     return TrajectoryCollector(engine, tok, env_factory(cfg), agent_fn=agent_factory(cfg),
                                config=ccfg)
+
+# %% ../../nbs/10_app/02_demo.ipynb #720b0120
+def worker_collector(cfg: RunConfig, rows: int) -> TrajectoryCollector:
+    "In a rollout worker: the config's policy, an engine for `rows` rows, and its collector."
+    model, tok = build_policy(cfg)
+    return make_collector(make_engine(model, tok, rows, cfg.engine.max_batch), tok, cfg,
+                          cfg.collect.group_size, cfg.seed, cfg.episode.temperature)
+
+def make_worker_pool(cfg: RunConfig, rows: int):
+    "`workers.count` rollout workers of `cfg.workers.kind`: `ProcessCollector` or `RayCollector`."
+    from functools import partial
+    w = cfg.workers
+    make = partial(worker_collector, cfg, max(1, -(-rows // w.count)))  # rows split, rounded up
+    if w.kind == 'processes':
+        from tunix_agentic.rollout.process_workers import ProcessCollector
+        return ProcessCollector(make, w.count)
+    if w.kind == 'ray':
+        from tunix_agentic.rollout.ray_workers import RayCollector
+        return RayCollector(make, w.count)
+    raise ConfigError(f"workers.kind={w.kind!r}: expected 'processes' or 'ray' for a worker pool")
 
 # %% ../../nbs/10_app/02_demo.ipynb #ee1e30af
 def generic_diagnosis(trajs: Sequence[Trajectory], success_threshold: float = 1.0) -> dict:

@@ -17,7 +17,8 @@ from .config import (RunConfig, ConfigError, load_config, to_yaml, preflight,
                                       lock_run_folder)
 from .demo import (load_tasks, build_policy, make_engine, make_collector, evaluate,
                    engine_on_copy, evaluate_both, teacher_demonstrations, sft_warm_start, plot_demo,
-                   diagnosis_of, env_factory, agent_factory, seeds_table, plot_seeds)
+                   diagnosis_of, env_factory, agent_factory, seeds_table, plot_seeds,
+                   make_worker_pool)
 _log = logging.getLogger(__name__)
 
 # %% auto #0
@@ -113,8 +114,9 @@ def _loop(self: Run) -> OnlineLoop:
                           plot_every=c.log.plot_every, save_every=c.checkpoint.every,
                           keep_checkpoints=c.checkpoint.keep, tensorboard=c.log.tensorboard,
                           wandb_project=c.log.wandb_project)
-        coll = make_collector(self.engine, self.tok, c, c.collect.group_size, c.seed,
-                              c.episode.temperature)
+        coll = (make_collector(self.engine, self.tok, c, c.collect.group_size, c.seed,
+                               c.episode.temperature) if c.workers.kind == 'none'
+                else make_worker_pool(c, self.rows))  # workers build their own engines
         self._loop = OnlineLoop(self.learner, coll, self.train_tasks, lcfg, sinks=self.sinks,
                                 on_step=self._on_step)
     return self._loop
@@ -254,6 +256,7 @@ def _train(self: Run) -> dict:
         model_dir = self.save() if c.checkpoint.save_hf else None
     finally:
         if pool: pool.shutdown(wait=False, cancel_futures=True)
+        if c.workers.kind != 'none' and self._loop is not None: self._loop.collector.close()
         self.sinks.close(); self.sinks = None
     self.times['total_s'] = time.perf_counter() - t0
     s = self._summary(before, after, greedy_before, greedy_after, records, plot, model_dir)
