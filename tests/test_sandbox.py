@@ -53,6 +53,29 @@ def test_cancel_kills_code():
 
 
 @pytest.mark.timeout(60)
+def test_burst_beyond_the_pool_and_cancelled_waiters():
+    """More calls than ready launchers wait for the spawner, then all run; calls cancelled while they
+    wait (or run) leave the server working, and no launcher of theirs behind."""
+    import dataclasses
+    sbx = LocalSandbox(dataclasses.replace(CFG, pool_size=1))
+    tag = 'tw' + uuid.uuid4().hex[:10]
+    sleeper = f'import ctypes, time\nctypes.CDLL(None).prctl(15, b"{tag}", 0, 0, 0)\ntime.sleep(30)'
+    async def go():
+        rs = await asyncio.gather(*(sbx.run(f'print({i})') for i in range(8)))
+        ts = [asyncio.create_task(sbx.run(sleeper)) for _ in range(6)]
+        await asyncio.sleep(0.5)
+        for t in ts: t.cancel()
+        await asyncio.gather(*ts, return_exceptions=True)
+        return rs
+    rs = run(go())
+    assert [(r.status, r.stdout) for r in rs] == [('ok', f'{i}\n') for i in range(8)], rs
+    t0 = time.monotonic()
+    while host_comms(tag) and time.monotonic() - t0 < 5: time.sleep(0.05)
+    assert host_comms(tag) == []
+    next_call_works(sbx)
+
+
+@pytest.mark.timeout(60)
 def test_tool_timeout_and_state():
     async def go():
         tool = CodeInterpreterTool(LocalSandbox(CFG))
