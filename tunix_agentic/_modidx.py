@@ -2018,6 +2018,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                                                                         'tunix_agentic/tools/cgroups.py'),
                                              'tunix_agentic.tools.cgroups.remove_cgroup': ( '01_tools/cgroups.html#remove_cgroup',
                                                                                             'tunix_agentic/tools/cgroups.py'),
+                                             'tunix_agentic.tools.cgroups.remove_stale': ( '01_tools/cgroups.html#remove_stale',
+                                                                                           'tunix_agentic/tools/cgroups.py'),
                                              'tunix_agentic.tools.cgroups.write_at': ( '01_tools/cgroups.html#write_at',
                                                                                        'tunix_agentic/tools/cgroups.py')},
             'tunix_agentic.tools.forkserver': { 'tunix_agentic.tools.forkserver.ForkServer': ( '01_tools/forkserver.html#forkserver',

@@ -32,7 +32,9 @@ def ready(cfg: dict) -> dict:
     "The server's one-time work: its filesystem view, the user-namespace probe, imports, cgroups."
     state = {'errors': [], 'view': [], 'cgroups': {}}
     userns = cfg.get('userns', True)  # False: behave as on a machine without user namespaces
-    try: state['cgroups'] = cgroups.cgroup_bases() if cfg.get('cgroup', True) else {}
+    try:
+        state['cgroups'] = cgroups.cgroup_bases() if cfg.get('cgroup', True) else {}
+        cgroups.remove_stale(state['cgroups'])  # left by servers that were killed
     except OSError as e: state['errors'].append(f'cgroup: {e}')
     try:
         if cfg.get('view', True) and (cage.ROOT or userns): state['view'] = cage.template(cfg)
