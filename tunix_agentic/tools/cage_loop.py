@@ -69,11 +69,8 @@ class Server:
 def spawner(sock: socket.socket, state: dict) -> None:
     "Fork launchers when the server asks: W's socket and pidfd go back to it."
     cage.prctl(1, signal.SIGKILL)  # die with the server
-    while msg := sock.recv(1 << 20):
-        while True:  # reap ended launchers (the server watches them through their pidfds)
-            try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0: break
-            except ChildProcessError: break
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # launchers reaped at once (the server has
+    while msg := sock.recv(1 << 20):  # pidfds): a zombie would count against RLIMIT_NPROC
         (req, name, uid), cg = json.loads(msg), {}
         try: cg = cgroups.make_cgroup(state['cgroups'], name, req['call_memory'], req['call_pids'])
         except OSError as e: state['errors'].append(f'cgroup: {e}'); state['cgroups'] = {}
@@ -83,7 +80,8 @@ def spawner(sock: socket.socket, state: dict) -> None:
         else: err = None
         if pid == 0 and not err: ours.close(); sock.close(); launch(req, theirs, state, cg, uid)
         for fd in cg.values(): os.close(fd)
-        fds = [ours.fileno(), os.pidfd_open(pid)] if pid else []
+        try: fds = [ours.fileno(), os.pidfd_open(pid)] if pid else []
+        except ProcessLookupError: fds, err = [], 'launcher: ended at once'  # killed, reaped
         socket.send_fds(sock, [json.dumps([pid, name, err]).encode()], fds)
         ours.close(); theirs.close()
         if fds: os.close(fds[1])
