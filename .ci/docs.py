@@ -21,8 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / '_docs'
-SHOTS = {'index.html': 'docs_index.png', '11_tutorials/00_stepper.html': 'docs_tutorial.png',
-         '06_rollout/02_collector.html': 'docs_collector.png'}
+SHOTS = {'index.html': 'docs_index.png', '11_tutorials/stepper.html': 'docs_tutorial.png',
+         '06_rollout/collector.html': 'docs_collector.png'}
 
 
 def _run_only_what_show_doc_needs():
@@ -64,7 +64,18 @@ def process() -> Path:
     write_pages()  # the sidebar and module map follow the notebooks there are
     cache = proc_nbs(cfg.nbs_path, n_workers=2)
     shutil.copytree(ROOT / 'assets', cache / 'assets', dirs_exist_ok=True)
+    text = (ROOT / 'docker' / 'README.md').read_text(encoding='utf-8')  # the container guide: a page
+    title, _, body = text.partition('\n')
+    (cache / DOCKER_PAGE).write_text(f'---\ntitle: "{title.lstrip("# ").strip()}"\n---\n{body}',
+                                     encoding='utf-8')
+    for nb in cache.rglob('*.ipynb'):  # show_doc's [source](blob/main/...) links: no repo host yet
+        text = nb.read_text(encoding='utf-8')
+        if 'blob/' in text: nb.write_text(_SOURCE_LINK.sub('', text), encoding='utf-8')
     return cache
+
+
+# `[source](blob/main/x.py#L1){target="_blank" ...}` as show_doc writes it while git_url is empty
+_SOURCE_LINK = re.compile(r'\[source\]\((?:\.\./|/)*blob/[^)]*\)(?:\{[^}]*\})?')
 
 
 def sidebar() -> list[tuple[str, list[str]]]:
@@ -78,6 +89,7 @@ def sidebar() -> list[tuple[str, list[str]]]:
     return out
 
 
+DOCKER_PAGE = '12_reference/docker.md'  # docker/README.md, copied in at each build
 SECTIONS = {'11_tutorials': 'Tutorials', '00_core': 'Core: trajectories and registries', '01_tools': 'Tools',
             '02_chat': 'Chat: parsers, templates, tokens', '03_envs': 'Environments, agents, rewards',
             '04_models': 'Models', '05_engines': 'Rollout engines',
@@ -98,7 +110,7 @@ def sidebar_yml() -> str:
         pages = sorted(p.relative_to(nbs).as_posix() for p in (nbs / f).iterdir()
                        if p.suffix in ('.ipynb', '.md') and not p.name.startswith(('_', '.')))
         if not pages: continue
-        if f == '12_reference': pages = sorted(pages, key=lambda p: 'modules' not in p)
+        if f == '12_reference': pages = sorted(pages, key=lambda p: 'modules' not in p) + [DOCKER_PAGE]
         out += [f'      - section: "{SECTIONS.get(f, f.split("_", 1)[1])}"', '        contents:',
                 *[f'          - {p}' for p in pages]]
     return '\n'.join(out) + '\n'
@@ -122,7 +134,7 @@ def module_map() -> str:
             folder = nb_path.parent.name
             out += ['', f'## {folder.split("_", 1)[1]}', '', '| notebook | module | what it holds |',
                     '|---|---|---|']
-        page = f'../{folder}/{nb_path.stem}.html'
+        page = f'../{folder}/{nb_path.name}'  # the page's source: Quarto and the fallback link it
         out.append(f'| [{nb_path.stem}]({page}) | {f"`tunix_agentic.{exp}`" if exp else "—"} | {summary} |')
     extra = sorted('.'.join(p.relative_to(ROOT).with_suffix('').parts)
                    for p in (ROOT / 'tunix_agentic').rglob('*.py')
@@ -150,9 +162,18 @@ def quarto_build(cache: Path):
     subprocess.run(['quarto', 'render', '--no-cache'], cwd=cache, check=True)
     shutil.rmtree(DOCS, ignore_errors=True)
     shutil.move(str(cache / DOCS.name), str(DOCS))
+    for page in DOCS.rglob('*.html'):  # links written for GitHub (nbs/x.ipynb) in index.ipynb
+        depth = len(page.relative_to(DOCS).parts) - 1
+        page.write_text(_links(page.read_text(encoding='utf-8'), depth), encoding='utf-8')
 
 
-def _html_name(page: str) -> str: return re.sub(r'\.(ipynb|md)$', '.html', page)
+def _html_name(page: str) -> str:
+    """Where a page lands, as Quarto names it: `06_rollout/02_collector.ipynb#x` ->
+    `06_rollout/collector.html#x` (the file's number prefix dropped, its folder's kept)."""
+    page, hash_, frag = page.partition('#')
+    folder, _, name = page.rpartition('/')
+    name = re.sub(r'\.(ipynb|md)$', '.html', re.sub(r'^\d+[a-z]*_', '', name))
+    return (f'{folder}/{name}' if folder else name) + hash_ + frag
 
 
 def _front_matter(nb: dict) -> dict:
@@ -215,6 +236,7 @@ def _links(body: str, depth: int) -> str:
         url = m.group(2)
         if re.match(r'[a-z]+:|#', url): return m.group(0)
         if url.startswith('nbs/'): url = up + url[4:]
+        elif url.startswith('docker/README.md'): url = up + DOCKER_PAGE
         elif url.startswith(('docker/', 'bench/', '.ci/')): return m.group(0)
         return f'{m.group(1)}{_html_name(url) if re.search(r"\.(ipynb|md)($|#)", url) else url}"'
     return re.sub(r'((?:href|src)=")([^"]+)"', fix, body)
@@ -262,7 +284,9 @@ _PROBE = """(() => {
   return JSON.stringify({title: document.title, ready: document.readyState, path: location.pathname,
     text: document.body.innerText.length, images: imgs.length,
     broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src),
-    errors: errs + tb, signatures: document.querySelectorAll('h3, h4').length});
+    errors: errs + tb, signatures: document.querySelectorAll('h3, h4').length,
+    links: [...document.querySelectorAll('a[href]')].map(a => a.href)
+      .filter(h => h.startsWith(location.origin)).map(h => h.split('#')[0].split('?')[0])});
 })()"""
 
 
@@ -324,21 +348,32 @@ def check(screenshots: bool) -> int:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base, browser = f'http://127.0.0.1:{server.server_address[1]}/', _Chromium()
     problems = errors = broken = images = 0
+    dead = set()
     try:
         for page in pages:
             if not (DOCS / page).exists():
                 print(f'MISSING {page}'); problems += 1; continue
             r = browser.load(base + page)
-            bad = r['errors'] or r['broken'] or r['text'] < 200
+            gone = sorted({u for u in r.get('links', []) if not _exists(u[len(base) - 1:])})
+            dead |= set(gone)
+            bad = r['errors'] or r['broken'] or r['text'] < 200 or gone
             problems += bool(bad); errors += r['errors']; broken += len(r['broken']); images += r['images']
             print(f'{"BAD" if bad else "ok "} {page}: {r["text"]} chars, {r["images"]} images, '
                   f'{r["signatures"]} headings, {r["errors"]} error cells'
-                  + (f', broken {r["broken"]}' if r['broken'] else ''))
+                  + (f', broken {r["broken"]}' if r['broken'] else '')
+                  + (f', dead links {gone}' if gone else ''))
             if screenshots and page in SHOTS: browser.screenshot(ROOT / 'assets' / SHOTS[page])
     finally:
         browser.close(); server.shutdown()
-    print(f'{len(pages)} pages, {errors} error cells, {broken} broken images ({images} images)')
+    print(f'{len(pages)} pages, {errors} error cells, {broken} broken images ({images} images), '
+          f'{len(dead)} dead links')
     return problems
+
+
+def _exists(path: str) -> bool:
+    "Whether the site serves `path` (a file, or a folder with an index.html)."
+    f = DOCS / path.lstrip('/')
+    return f.is_file() or (f / 'index.html').is_file()
 
 
 class _Quiet(SimpleHTTPRequestHandler):

@@ -213,6 +213,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                                                                    'tunix_agentic/app/run.py'),
                                        'tunix_agentic.app.run._warm_start': ('10_app/run.html#_warm_start', 'tunix_agentic/app/run.py'),
                                        'tunix_agentic.app.run._write_json': ('10_app/run.html#_write_json', 'tunix_agentic/app/run.py'),
+                                       'tunix_agentic.app.run.compilation_cache': ( '10_app/run.html#compilation_cache',
+                                                                                    'tunix_agentic/app/run.py'),
                                        'tunix_agentic.app.run.evaluate_checkpoint': ( '10_app/run.html#evaluate_checkpoint',
                                                                                       'tunix_agentic/app/run.py'),
                                        'tunix_agentic.app.run.run_seeds': ('10_app/run.html#run_seeds', 'tunix_agentic/app/run.py'),

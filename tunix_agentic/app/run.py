@@ -22,11 +22,24 @@ from .demo import (load_tasks, build_policy, make_engine, make_collector, evalua
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['BUCKETS', 'Run', 'evaluate_checkpoint', 'train_subprocess', 'run_seeds']
+__all__ = ['BUCKETS', 'compilation_cache', 'Run', 'evaluate_checkpoint', 'train_subprocess', 'run_seeds']
 
 # %% ../../nbs/10_app/03_run.ipynb #172a3a91
 # every row length the trainer compiles for: SFT rows and RL rows past the shared prefix
 BUCKETS = (128, 144, 160, 192, 256, 384, 512, 768, 1024)
+
+# %% ../../nbs/10_app/03_run.ipynb #b97e3038
+def compilation_cache(folder: str | Path | None = None) -> str | None:
+    "Turn on JAX's persistent compilation cache (default under ~/.cache); its folder, or None."
+    import jax
+    if os.environ.get('TUNIX_AGENTIC_JAX_CACHE', '1') == '0': return None
+    if jax.config.jax_compilation_cache_dir: return jax.config.jax_compilation_cache_dir
+    cache = Path(os.environ.get('XDG_CACHE_HOME') or Path.home() / '.cache')
+    folder = str(folder or cache / 'tunix_agentic' / 'jax')
+    jax.config.update('jax_compilation_cache_dir', folder)
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)  # the many small ones too
+    jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
+    return folder
 
 # %% ../../nbs/10_app/03_run.ipynb #90456ba4
 class Run:
@@ -230,6 +243,7 @@ Run._grpo, Run._evaluate_after = _grpo, _evaluate_after
 def _train(self: Run) -> dict:
     "Warm start, evaluation, GRPO, evaluation, saved model; the summary (also `summary.json`)."
     c, t0 = self.cfg, time.perf_counter()
+    compilation_cache()  # a second run of the same programs loads them instead of compiling
     lock_run_folder(self.out)  # one process per run folder
     (self.out / 'config.yaml').write_text(to_yaml(c))
     resuming = self.has_checkpoint()
