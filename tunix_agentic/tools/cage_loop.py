@@ -69,8 +69,12 @@ class Server:
 def spawner(sock: socket.socket, state: dict) -> None:
     "Fork launchers when the server asks: W's socket and pidfd go back to it."
     cage.prctl(1, signal.SIGKILL)  # die with the server
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # launchers reaped at once (the server has
-    while msg := sock.recv(1 << 20):  # pidfds): a zombie would count against RLIMIT_NPROC
+    def reap(*_):  # at once (a zombie counts against RLIMIT_NPROC), by waiting: CPU accounted
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]: pass
+        except ChildProcessError: pass
+    signal.signal(signal.SIGCHLD, reap)  # the server watches launchers through their pidfds
+    while msg := sock.recv(1 << 20):
         (req, name, uid), cg = json.loads(msg), {}
         try: cg = cgroups.make_cgroup(state['cgroups'], name, req['call_memory'], req['call_pids'])
         except OSError as e: state['errors'].append(f'cgroup: {e}'); state['cgroups'] = {}

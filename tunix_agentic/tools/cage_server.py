@@ -234,7 +234,7 @@ def reaper(req: dict, rep: dict, ctl: socket.socket) -> None:
 # %% ../../nbs/01_tools/04a_cage_server.ipynb #74d5db3b
 def launch(req: dict, ctl: socket.socket, state: dict, cg: dict, uid: int) -> None:
     "A launcher (W), forked ahead of its call: fresh namespaces, and R as their pid 1."
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the spawner ignores it; W and R wait for theirs
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the spawner's reaper; W and R wait for theirs
     gc.disable()  # W and R run little Python; a collection would only copy the server's pages
     rep = {'backend': 'forkserver', 'fs_view': bool(state['view']), 'view': state['view'],
            'errors': list(state['errors'])}
