@@ -316,12 +316,13 @@ def test_process_limit_is_per_call(sbx, iso):
 def test_calls_get_their_own_uid(sbx, iso):
     "Root without a user namespace: concurrent calls run as distinct uids of the pool, never root."
     if not iso.get('uid_pool'): needs(iso, 'userns')  # with one: its own count per namespace
-    code = 'import os, time\ntime.sleep(0.5)\nprint(os.getuid(), os.getgid())'
+    code = 'import os, time\ntime.sleep(0.5)\nprint(os.getuid(), os.getgid(), os.environ["USER"])'
     async def go():
         return await asyncio.gather(*(sbx.run(code) for _ in range(3)))
     rs = run(go())
     assert [r.status for r in rs] == ['ok'] * 3, rs
     uids = [int(r.stdout.split()[0]) for r in rs]
+    assert {r.stdout.split()[2] for r in rs} == {'sandbox'}  # getpass.getuser() without a passwd entry
     if iso.get('uid_pool'):
         assert len(set(uids)) == 3 and min(uids) >= sbx.config.uid_pool, uids
     else: assert set(uids) == {sbx.config.uid}, uids  # inside its own user namespace

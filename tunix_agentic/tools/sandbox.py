@@ -126,7 +126,8 @@ def _request(self: LocalSandbox, timeout: float) -> tuple[dict, dict]:
               'RLIMIT_NOFILE': c.max_open_files, 'RLIMIT_CORE': 0}
     env = {'PATH': '/usr/local/bin:/usr/bin:/bin', 'LANG': 'C.UTF-8', 'LC_ALL': 'C.UTF-8',
            'OMP_NUM_THREADS': '1', 'OPENBLAS_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1',
-           'MPLBACKEND': 'Agg', **dict(c.env)}
+           'MPLBACKEND': 'Agg', 'USER': 'sandbox', 'LOGNAME': 'sandbox',  # getpass.getuser():
+           **dict(c.env)}  # a uid from the pool has no passwd entry
     req = dict(timeout=timeout, limits=limits, disk_mb=c.disk_mb, disk_inodes=c.disk_inodes,
                isolation=c.isolation, uid=c.uid, gid=c.gid, uid_pool=c.uid_pool,
                want=list(_WANT) if c.isolation != 'none' else [],
