@@ -64,7 +64,8 @@ def process() -> Path:
     write_pages()  # the sidebar and module map follow the notebooks there are
     cache = proc_nbs(cfg.nbs_path, n_workers=2)
     shutil.copytree(ROOT / 'assets', cache / 'assets', dirs_exist_ok=True)
-    text = (ROOT / 'docker' / 'README.md').read_text(encoding='utf-8')  # the container guide: a page
+    # the container guide, docker/README.md, as a Reference page
+    text = (ROOT / 'docker' / 'README.md').read_text(encoding='utf-8')
     title, _, body = text.partition('\n')
     (cache / DOCKER_PAGE).write_text(f'---\ntitle: "{title.lstrip("# ").strip()}"\n---\n{body}',
                                      encoding='utf-8')
@@ -164,7 +165,8 @@ def quarto_build(cache: Path):
     shutil.move(str(cache / DOCS.name), str(DOCS))
     for page in DOCS.rglob('*.html'):  # links written for GitHub (nbs/x.ipynb) in index.ipynb
         depth = len(page.relative_to(DOCS).parts) - 1
-        page.write_text(_links(page.read_text(encoding='utf-8'), depth), encoding='utf-8')
+        page.write_text(_links(page.read_text(encoding='utf-8'), depth, github_only=True),
+                        encoding='utf-8')
 
 
 def _html_name(page: str) -> str:
@@ -229,12 +231,13 @@ img{max-width:100%}.description{color:#555;font-size:17px;margin-top:-8px}
 .jp-InputPrompt,.jp-OutputPrompt{display:none}"""
 
 
-def _links(body: str, depth: int) -> str:
+def _links(body: str, depth: int, github_only: bool = False) -> str:
     "Links between notebooks (as written for GitHub: nbs/x.ipynb, x.md) point at the pages."
     up = '../' * depth
     def fix(m):
         url = m.group(2)
         if re.match(r'[a-z]+:|#', url): return m.group(0)
+        if github_only and not url.startswith(('nbs/', 'docker/README.md')): return m.group(0)
         if url.startswith('nbs/'): url = up + url[4:]
         elif url.startswith('docker/README.md'): url = up + DOCKER_PAGE
         elif url.startswith(('docker/', 'bench/', '.ci/')): return m.group(0)

@@ -48,7 +48,8 @@ def _fix(src: Path, path: str) -> str | None:
                 if (v / ff).is_file(): return './' + (v / ff).relative_to(src).as_posix()
         return None
     head, _, last = path.rpartition('/')
-    for cand in (path + '.ts', f'{head}/{last.replace("-", "_")}.ts', path + '/mod.ts', path + '.js'):
+    snake = f'{head}/{last.replace("-", "_")}.ts'
+    for cand in (path + '.ts', snake, path + '/mod.ts', path + '.js'):
         if (src / cand).is_file(): return cand
     return None
 

@@ -15,7 +15,9 @@ SRC=$(cd "${1:?usage: quarto_offline.sh QUARTO_SRC [PREFIX]}" && pwd)
 PREFIX=${2:-$HOME/.cache/quarto-offline}
 PY=${PYTHON:-python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
-test -f "$SRC/src/quarto.ts" -a -d "$SRC/src/vendor" || { echo "$SRC: no src/vendor (need v1.7.34)"; exit 1; }
+if [ ! -f "$SRC/src/quarto.ts" ] || [ ! -d "$SRC/src/vendor" ]; then
+  echo "$SRC: no src/quarto.ts or src/vendor/ (a quarto-cli v1.7.34 checkout is needed)"; exit 1
+fi
 mkdir -p "$PREFIX/tools" "$PREFIX/bin" && cd "$PREFIX/tools"
 "$PY" -m pip download -q --no-deps --only-binary :all: --platform manylinux_2_17_x86_64 \
     --platform manylinux1_x86_64 -d wheels deno==2.4.5 pypandoc-binary==1.15
