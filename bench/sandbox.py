@@ -2,17 +2,18 @@
 `python -c` spawn, in the same run.
 
 For each of (a) bare `python -c 'print(1+1)'` subprocesses (same interpreter, asyncio, no isolation)
-and (b) `LocalSandbox.run('print(1+1)')` (fork server: a spare launcher readied by its spawner in
-new user/mount/net/IPC/UTS/PID namespaces and a cgroup, private tmpfs, own /proc, seccomp, rlimits,
-capped output), N sequential runs give
+and (b) `LocalSandbox.run('print(1+1)')` (fork server: a spare reaper cloned by its spawner straight
+into new user/mount/net/IPC/UTS/PID namespaces and a cgroup (a launcher process first where clone(2)
+with namespace flags is refused), private tmpfs, own /proc, seccomp, rlimits, capped output), N
+sequential runs give
 p50/p95 latency, and N runs at concurrency C give executions/s. The two kinds are interleaved in
 rounds (latency: call by call) so that load from other processes on the machine hits both alike.
 Both are spawned the same way (asyncio, pipes, start_new_session=True for the bare spawn). The fork
 server is started before timing (once per process; its start-up is printed). Target (issues 11,
 26): throughput at concurrency 4 >= 3x the bare spawn on a quiet machine.
 
-CPU per call counts the trainer, the fork server, its spawner and every process of the call (W, R,
-U) for the sandbox, the trainer and the child for the bare spawn; the kernel's deferred work (network namespace
+CPU per call counts the trainer, the fork server, its spawner and every process of the call (R and
+U; W too where there is a launcher) for the sandbox, the trainer and the child for the bare spawn; the kernel's deferred work (network namespace
 teardown) is not in it (nor, for bwrap, the processes its PID namespace's pid 1 leaves to the kernel,
 so its CPU column is not comparable). Throughput phases are interleaved in chunks of 10 calls per kind, so load
 from other processes on the machine hits both alike. `--bwrap` adds bubblewrap (spawn per call:

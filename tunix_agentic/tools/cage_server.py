@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['REQUIRED', 'STATE', 'load_sibling', 'read_call', 'user_setup', 'user', 'kill_all', 'reap', 'prepare', 'refusal',
-           'wait_call', 'copy_back', 'host_scratch', 'report', 'run_user', 'reaper', 'launch']
+           'wait_call', 'copy_back', 'host_scratch', 'report', 'run_user', 'reaper', 'launch', 'cloned']
 
 # %% ../../nbs/01_tools/04a_cage_server.ipynb #c0cf4e50
 import fcntl, gc, importlib.util, json, os, resource, signal, socket, sys
@@ -262,3 +262,23 @@ def launch(req: dict, ctl: socket.socket, state: dict, cg: dict, uid: int) -> No
             report(fds[3], {'setup_error': f'launcher: {e!r}'}, rep)
         except (OSError, IndexError): pass
     os._exit(0)
+
+# %% ../../nbs/01_tools/04a_cage_server.ipynb #53bfebb1
+def cloned(req: dict, ctl: socket.socket, state: dict, cg: dict) -> None:
+    "R cloned straight into its namespaces: the spawner set its id maps and its cgroup."
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL); gc.disable()
+    rep = {'backend': 'forkserver', 'fs_view': bool(state['view']), 'view': state['view'],
+           'errors': list(state['errors']), 'cgroup': bool({'v2', 'memory'} & set(cg)),
+           'uid': req['uid'], **{k: True for k in cage.NS}, 'nproc_per_call': True, 'reaper': True}
+    try:
+        STATE['peak'] = cgroups.open_peak(cg)
+        cage.close_except({ctl.fileno(), STATE['peak'] or 0})
+        if cage.ROOT:  # its user namespace maps only the sandbox uid: become it
+            os.setresgid(*[req['gid']] * 3); os.setresuid(*[req['uid']] * 3); cage.prctl(4, 1)
+    except BaseException as e:  # answer the call with what went wrong
+        try:
+            msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 8)
+            report(fds[3], {'setup_error': f'launcher: {e!r}'}, rep)
+        except (OSError, IndexError): pass
+        os._exit(0)
+    reaper(req, rep, ctl)
