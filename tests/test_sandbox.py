@@ -2,7 +2,7 @@
 client against its local stand-in, and isolation='none'. The attack suite (as root and as an
 unprivileged user) is tests/test_sandbox_attacks.py.
 """
-import asyncio, os, time, uuid
+import asyncio, json, os, subprocess, sys, time, uuid
 
 import pytest
 
@@ -243,3 +243,38 @@ def test_missing_travels_in_tool_metadata():
     for o in (ok, late):
         assert isinstance(o.metadata['isolation_missing'], list), o
         assert '"isolation_missing"' in o.to_json()
+
+
+# clone(2) with namespace flags refused (EPERM), unshare(2) and plain fork allowed (x86_64)
+REFUSE_CLONE_INTO_NAMESPACES = r"""
+import ctypes, os, struct, sys
+EPERM, ENOSYS, ALLOW = 0x00050001, 0x00050026, 0x7fff0000
+NS = 0x7E020000  # CLONE_NEW{NS,CGROUP,UTS,IPC,USER,PID,NET}
+prog = [(0x20, 4, 0, 0), (0x15, 0xC000003E, 1, 0), (0x06, 0, 0, 0), (0x20, 0, 0, 0),
+        (0x15, 435, 0, 1), (0x06, ENOSYS, 0, 0), (0x15, 56, 0, 3), (0x20, 16, 0, 0),
+        (0x45, NS, 0, 1), (0x06, EPERM, 0, 0), (0x06, ALLOW, 0, 0)]
+buf = ctypes.create_string_buffer(b''.join(struct.pack('HBBI', c, jt, jf, k) for c, k, jt, jf in prog))
+fprog = struct.pack('HxxxxxxQ', len(prog), ctypes.addressof(buf))
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0 and libc.prctl(22, 2, ctypes.c_char_p(fprog), 0, 0) == 0
+import asyncio, json
+from tunix_agentic.tools.sandbox import LocalSandbox, SandboxConfig
+sbx = LocalSandbox(SandboxConfig.tiny(timeout_s=10.0))
+rs = [asyncio.run(sbx.run('import os; print(os.getpid())')) for _ in range(3)]
+print(json.dumps([[r.status, r.stdout, r.isolation.get('spawn'), r.isolation.get('missing')] for r in rs]))
+"""
+
+
+@pytest.mark.timeout(90)
+def test_launcher_when_clone_into_namespaces_is_refused(tmp_path):
+    "Calls are cloned into their namespaces; where that clone is refused, a launcher forks them."
+    first = run(LocalSandbox(CFG).run('import os; print(os.getpid())'))
+    if not first.isolation.get('userns'): pytest.skip('no user namespaces here: every call has a launcher')
+    assert (first.status, first.stdout, first.isolation['spawn']) == ('ok', '2\n', 'clone'), first
+    if os.uname().machine != 'x86_64': pytest.skip('the seccomp filter below is x86_64 only')
+    script = tmp_path / 'refuse_clone.py'; script.write_text(REFUSE_CLONE_INTO_NAMESPACES)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=80,
+                       env={**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)})
+    assert p.returncode == 0, p.stderr[-3000:]
+    for status, out, spawn, missing in json.loads(p.stdout.splitlines()[-1]):
+        assert (status, out, spawn, missing) == ('ok', '2\n', 'launcher', []), p.stdout

@@ -236,8 +236,8 @@ def launch(req: dict, ctl: socket.socket, state: dict, cg: dict, uid: int) -> No
     "A launcher (W), forked ahead of its call: fresh namespaces, and R as their pid 1."
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the spawner's reaper; W and R wait for theirs
     gc.disable()  # W and R run little Python; a collection would only copy the server's pages
-    rep = {'backend': 'forkserver', 'fs_view': bool(state['view']), 'view': state['view'],
-           'errors': list(state['errors'])}
+    rep = {'backend': 'forkserver', 'spawn': 'launcher', 'fs_view': bool(state['view']),
+           'view': state['view'], 'errors': list(state['errors'])}
     try:
         cage.close_except({ctl.fileno(), *cg.values()})  # e.g. another call's pipes in the server
         cage.prctl(1, signal.SIGKILL)  # die with the server
@@ -267,8 +267,9 @@ def launch(req: dict, ctl: socket.socket, state: dict, cg: dict, uid: int) -> No
 def cloned(req: dict, ctl: socket.socket, state: dict, cg: dict) -> None:
     "R cloned straight into its namespaces: the spawner set its id maps and its cgroup."
     signal.signal(signal.SIGCHLD, signal.SIG_DFL); gc.disable()
-    rep = {'backend': 'forkserver', 'fs_view': bool(state['view']), 'view': state['view'],
-           'errors': list(state['errors']), 'cgroup': bool({'v2', 'memory'} & set(cg)),
+    rep = {'backend': 'forkserver', 'spawn': 'clone', 'fs_view': bool(state['view']),
+           'view': state['view'], 'errors': list(state['errors']),
+           'cgroup': bool({'v2', 'memory'} & set(cg)),
            'uid': req['uid'], **{k: True for k in cage.NS}, 'nproc_per_call': True, 'reaper': True}
     try:
         STATE['peak'] = cgroups.open_peak(cg)
