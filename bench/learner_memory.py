@@ -60,12 +60,12 @@ def grpo_trajectories(batch: int, seq: int, vocab: int, seed: int = 0):
 def step_memory(trainer_cfg, graphdef, params, rest, batch) -> dict:
     "XLA's memory analysis of the donating GRPO step (params and optimizer state donated), in GB."
     import jax
-    from tunix_agentic.learn.trainer import make_optimizer, _donating_steps
+    from tunix_agentic.learn.trainer import make_optimizer, _donating_step
     tx = make_optimizer(trainer_cfg)
     abstract = lambda t: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), t)
     opt = jax.eval_shape(tx.init, abstract(params))
     t0 = time.perf_counter()
-    compiled = _donating_steps[True].lower(
+    compiled = _donating_step.lower(
         abstract(params), opt, abstract(rest), None, abstract(batch), graphdef=graphdef, tx=tx,
         kind='grpo', cfg=trainer_cfg).compile()
     m = compiled.memory_analysis()

@@ -211,10 +211,10 @@ def train_step(params, opt_state, rest, ref_params, batch, *, graphdef, tx, kind
 
 # %% ../../nbs/07_learn/02_trainer.ipynb #69abccec
 _STATIC = ('graphdef', 'tx', 'kind', 'cfg')
-# `Trainer.update`'s steps: the optimizer state is always donated, the params when owned
-_donating_steps = {own: jax.jit(train_step.__wrapped__, static_argnames=_STATIC,
-                                donate_argnames=('params', 'opt_state') if own else ('opt_state',))
-                   for own in (False, True)}
+# `Trainer.update`'s one step program: params (a copy, if handed out) and optimizer state donated
+_donating_step = jax.jit(train_step.__wrapped__, static_argnames=_STATIC,
+                         donate_argnames=('params', 'opt_state'))
+_copy_tree = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
 
 # %% ../../nbs/07_learn/02_trainer.ipynb #5a86c891
 class Trainer:
@@ -283,9 +283,9 @@ def update(self: Trainer, batch: dict, kind: str = 'grpo') -> dict[str, float]:
     if self.cfg.sort_micro_batches and self.cfg.micro_batches > 1:
         return _length_sorted_update(self, batch, kind)
     batch = _device_batch(self, batch, _DEVICE_KEYS)
-    self._params, self.opt_state, m = _donating_steps[self._own](
-        self._params, self.opt_state, self.rest, self.ref_params, batch, graphdef=self.graphdef,
-        tx=self.tx, kind=kind, cfg=self.cfg)
+    params = self._params if self._own else _copy_tree(self._params)  # the caller's stay intact
+    self._params, self.opt_state, m = _donating_step(params, self.opt_state, self.rest,
+        self.ref_params, batch, graphdef=self.graphdef, tx=self.tx, kind=kind, cfg=self.cfg)
     self.step, self._own = self.step + 1, True  # new arrays nobody else has seen
     return {k: float(v) for k, v in m.items()}
 
