@@ -278,3 +278,43 @@ def test_launcher_when_clone_into_namespaces_is_refused(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     for status, out, spawn, missing in json.loads(p.stdout.splitlines()[-1]):
         assert (status, out, spawn, missing) == ('ok', '2\n', 'launcher', []), p.stdout
+
+
+IN_CGROUP_LEAF = r"""
+import asyncio, json, os, sys
+with open(os.path.join(sys.argv[1], 'cgroup.procs'), 'w') as f: f.write(str(os.getpid()))
+from tunix_agentic.tools.sandbox import LocalSandbox, SandboxConfig
+sbx = LocalSandbox(SandboxConfig.tiny(timeout_s=10.0, memory_mb=256, disk_mb=64))
+code = ("import os\nfds = []\nfor i in range(20):\n    fds.append(os.memfd_create('x'))\n"
+        "    os.write(fds[-1], b'\\0' * (32 << 20)); print('held', 32 * (i + 1), flush=True)")
+r = asyncio.run(sbx.run(code, timeout=20))
+iso = r.isolation
+print(json.dumps([r.status, iso.get('cgroup'), iso.get('memory_peak_mb'), iso.get('missing'), iso.get('errors')]))
+"""
+
+
+@pytest.mark.timeout(90)
+def test_cgroup_means_a_memory_bound(tmp_path):
+    "Trainer in a cgroup v2 leaf that holds processes (a container's layout): bounded, or `missing`."
+    if os.geteuid() != 0: pytest.skip('needs root to make and enter a cgroup')
+    with open('/proc/self/mountinfo') as f:
+        v2 = [l.split()[4] for l in f if ' - cgroup2 ' in l]
+    with open('/proc/self/cgroup') as f:
+        mine = [l.rstrip('\n').split(':', 2)[2] for l in f if l.startswith('0::')]
+    if not v2 or not mine: pytest.skip('no cgroup v2 here')
+    leaf = os.path.join(v2[0] + mine[0], 'tunix_test_leaf_' + uuid.uuid4().hex[:8])
+    try: os.mkdir(leaf)
+    except OSError as e: pytest.skip(f'cannot make a cgroup v2 under {v2[0] + mine[0]}: {e}')
+    try:
+        script = tmp_path / 'in_leaf.py'; script.write_text(IN_CGROUP_LEAF)
+        p = subprocess.run([sys.executable, str(script), leaf], capture_output=True, text=True,
+                           timeout=80, env={**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)})
+    finally:
+        time.sleep(0.2); os.rmdir(leaf)
+    assert p.returncode == 0, p.stderr[-3000:]
+    status, cgroup, peak, missing, errors = json.loads(p.stdout.splitlines()[-1])
+    print(f'in a cgroup v2 leaf: status {status}, cgroup {cgroup}, peak {peak} MiB, missing {missing}')
+    if cgroup:  # a bound: the 640 MiB memfd is stopped at memory_mb + disk_mb
+        assert status in ('killed', 'error') and peak is not None and peak <= 256 + 64, p.stdout
+    else:  # never a cgroup that bounds nothing: `missing` says so, and why
+        assert 'cgroup' in missing and any('memory controller' in e for e in errors), p.stdout

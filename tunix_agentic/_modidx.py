@@ -2018,6 +2018,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                                                                            'tunix_agentic/tools/cgroups.py'),
                                              'tunix_agentic.tools.cgroups.empty_cgroup': ( '01_tools/cgroups.html#empty_cgroup',
                                                                                            'tunix_agentic/tools/cgroups.py'),
+                                             'tunix_agentic.tools.cgroups.hands_down': ( '01_tools/cgroups.html#hands_down',
+                                                                                         'tunix_agentic/tools/cgroups.py'),
                                              'tunix_agentic.tools.cgroups.make_cgroup': ( '01_tools/cgroups.html#make_cgroup',
                                                                                           'tunix_agentic/tools/cgroups.py'),
                                              'tunix_agentic.tools.cgroups.open_peak': ( '01_tools/cgroups.html#open_peak',

@@ -33,7 +33,7 @@ def ready(cfg: dict) -> dict:
     state = {'errors': [], 'view': [], 'cgroups': {}}
     userns = cfg.get('userns', True)  # False: behave as on a machine without user namespaces
     try:
-        state['cgroups'] = cgroups.cgroup_bases() if cfg.get('cgroup', True) else {}
+        state['cgroups'] = cgroups.cgroup_bases(state['errors']) if cfg.get('cgroup', True) else {}
         cgroups.remove_stale(state['cgroups'])  # left by servers that were killed
     except OSError as e: state['errors'].append(f'cgroup: {e}')
     try:
