@@ -148,6 +148,7 @@ class JaxEngineConfig:
     seed: int = 0                 # seeds requests that carry none
     prefix_cache_tokens: int = 0  # keep requests' keys/values (this many tokens, host memory) and
                                   # prefill only what a new prompt adds to one of them (0 = off)
+    greedy_program: bool = True   # all-greedy batches get their own program (no draw; compiled)
     def __post_init__(self):
         for f in ('max_batch', 'min_batch_bucket', 'min_prompt_bucket', 'min_gen_bucket',
                   'stop_bucket'):
@@ -272,7 +273,7 @@ def _run_batch(self: JaxEngine, prompts: list[list[int]], params: list[SamplingP
     keys = jnp.stack([jax.random.key_data(jax.random.key(s)) for s in seeds])
     keys = jax.random.wrap_key_data(keys)
     use_filter = any(sp.temperature > 0 and (sp.top_k > 0 or sp.top_p < 1) for sp in ps)
-    all_greedy = all(sp.temperature <= 0 for sp in ps)
+    all_greedy = c.greedy_program and all(sp.temperature <= 0 for sp in ps)
     arr = lambda f, dt: jnp.asarray(np.array([f(sp) for sp in ps], dt))
     past = _past_arrays(hits, b, self.cfg, c.min_prompt_bucket) if any(hits) else (None, None)
     self.shapes_seen.add((b, q, p, g, k, use_filter, all_greedy) + (
