@@ -140,9 +140,9 @@ def refusal(req: dict, rep: dict) -> str | None:
         return f"isolation='strict' but not available: {rep['missing']}"
     gaps = [k for k in REQUIRED if k in rep['missing']]
     if req['isolation'] == 'auto' and gaps:
-        return (f'refusing to run model code without {gaps} isolation on this machine '
-                f"({'; '.join(rep['errors']) or 'no detail'}); "
-                "SandboxConfig(isolation='best_effort') accepts weaker isolation explicitly")
+        return (f'refusing to run model code without {gaps} isolation on this machine; '
+                "SandboxConfig(isolation='best_effort') accepts weaker isolation explicitly "
+                f"({'; '.join(rep['errors']) or 'no detail'})")  # the hint first: messages are cut
 
 # %% ../../nbs/01_tools/04a_cage_server.ipynb #92d1c410
 def wait_call(u: int, deadline: float, out: dict):

@@ -40,8 +40,7 @@ def cgroup_bases(errors: list | None = None) -> dict[str, int]:
                 if os.access(d, os.W_OK): out[c] = d
     if 'v2' in out and not hands_down(out['v2']):
         if errors is not None and 'memory' not in out:  # else cgroup v1 bounds the calls
-            errors.append(f"cgroup: {out['v2']} gives its child groups no memory controller (a "
-                          'cgroup v2 that holds processes cannot: delegate an empty one)')
+            errors.append(f"cgroup: {out['v2']} gives child groups no memory controller")
         del out['v2']
     return {k: os.open(d, os.O_RDONLY | os.O_DIRECTORY) for k, d in out.items()}
 
