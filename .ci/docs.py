@@ -2,81 +2,45 @@
 
     python .ci/docs.py                 build _docs/ (a few minutes: nbdev runs every show_doc)
     python .ci/docs.py --check         build, then open every page in headless Chromium
+    python .ci/docs.py --check --no-build      check the _docs/ there is (after `nbdev_docs`)
     python .ci/docs.py --check --screenshots   also save three pages as assets/docs_*.png
     python .ci/docs.py --fallback      use the fallback renderer even where Quarto is installed
     python .ci/docs.py --module-map    only rewrite nbs/12_reference/modules.md and nbs/sidebar.yml
 
-Both builds start with nbdev's processing (`proc_nbs`: directives applied, `#| hide` cells dropped,
-a `show_doc` signature for every exported name, for which exported cells and imports run, but no
-example cell: nbdev would run any cell with an import, and one started Ray) into _proc/, and the
-page order of nbs/sidebar.yml (tutorials first, then the layers in data-flow order). With Quarto on
-PATH, `quarto render` makes the site, as `nbdev_docs` does. Without it (its PyPI package, quarto-
-cli, downloads the binary when it installs, which fails offline), each processed notebook is
-rendered with nbconvert into a page with the same sidebar. README.md is not touched: `.ci/readme.py`
-renders it from nbs/index.ipynb."""
+With Quarto on PATH the build is plain `nbdev_docs`: nbdev's processing into _proc/ (directives
+applied, `#| hide` cells dropped, a `show_doc` signature for every exported name, for which it runs
+the exported cells, the show_doc cells and every cell holding an import: `.ci/doc_cells.py` checks
+that each of those runs alone), then `quarto render` with nbs/_quarto.yml, whose pre- and post-
+render steps (.ci/quarto_hooks.py) add assets/, the container guide and the links GitHub needs, in
+the page order of nbs/sidebar.yml (tutorials first, then the layers in data-flow order). Without
+Quarto (its PyPI package, quarto-cli, downloads the binary when it installs, which fails offline)
+the same processing and steps, then each page rendered with nbconvert beside the same sidebar.
+README.md: `nbdev_docs` re-renders it from nbs/index.ipynb when the notebook is newer, as
+`.ci/readme.py` does without Quarto; `python .ci/readme.py --check` holds for both."""
 import argparse, base64, html, json, os, re, shutil, subprocess, sys, threading, time
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / '.ci'))
+import quarto_hooks  # noqa: E402  (the steps Quarto runs before and after rendering)
+from quarto_hooks import DOCKER_PAGE, html_name  # noqa: E402
 DOCS = ROOT / '_docs'
 SHOTS = {'index.html': 'docs_index.png', '11_tutorials/stepper.html': 'docs_tutorial.png',
          '06_rollout/collector.html': 'docs_collector.png'}
 
 
-def _run_only_what_show_doc_needs():
-    """nbdev's show_doc processing runs exported cells, show_doc calls and every cell with an
-    import; run the first two and import-only cells, never examples that happen to import."""
-    import ast
-    import nbdev.processors as P
-    from nbdev.config import get_config
-    os.chdir(ROOT)
-    flags, do_eval = set(get_config().tst_flags.split()), P._do_eval
-    def _do_eval(cell):
-        dirs = set(getattr(cell, 'directives_', {}))
-        if flags & dirs or cell.cell_type != 'code': return None
-        if dirs & {'export', 'exports', 'exporti', 'exec_doc'}: return do_eval(cell)
-        trees = cell.parsed_() if cell.source else None
-        if not trees: return None
-        if all(isinstance(t, (ast.Import, ast.ImportFrom)) for t in trees): return True
-        return P._show_docs(trees) or None
-    P._do_eval = _do_eval
-    # fastcore's show_doc evaluates annotations as strings and catches only ValueError/TypeError: an
-    # annotation its own module cannot resolve (flax nnx.Module's) fails every Module's show_doc
-    # with NameError, in nbdev_docs too. Unresolved annotations stay as written instead.
-    import inspect
-    import fastcore.docments as D
-    def signature(obj, *args, eval_str=False, **kw):
-        try: return inspect.signature(obj, *args, eval_str=eval_str, **kw)
-        except NameError: return inspect.signature(obj, *args, eval_str=False, **kw)
-    D.signature = signature
-
-
 def process() -> Path:
-    "nbdev's processing of nbs/ into _proc/ (what nbdev_docs renders), with assets/ beside it."
+    "nbdev's processing of nbs/ into _proc/, then the pre-render step Quarto runs (quarto_hooks)."
     os.chdir(ROOT)
     from nbdev.config import get_config
     from nbdev.quarto import refresh_quarto_yml
     from nbdev.serve import proc_nbs
-    cfg = get_config()
     refresh_quarto_yml()
-    write_pages()  # the sidebar and module map follow the notebooks there are
-    cache = proc_nbs(cfg.nbs_path, n_workers=2)
-    shutil.copytree(ROOT / 'assets', cache / 'assets', dirs_exist_ok=True)
-    # the container guide, docker/README.md, as a Reference page
-    text = (ROOT / 'docker' / 'README.md').read_text(encoding='utf-8')
-    title, _, body = text.partition('\n')
-    (cache / DOCKER_PAGE).write_text(f'---\ntitle: "{title.lstrip("# ").strip()}"\n---\n{body}',
-                                     encoding='utf-8')
-    for nb in cache.rglob('*.ipynb'):  # show_doc's [source](blob/main/...) links: no repo host yet
-        text = nb.read_text(encoding='utf-8')
-        if 'blob/' in text: nb.write_text(_SOURCE_LINK.sub('', text), encoding='utf-8')
+    cache = proc_nbs(get_config().nbs_path)
+    quarto_hooks.pre_render(cache)
     return cache
-
-
-# `[source](blob/main/x.py#L1){target="_blank" ...}` as show_doc writes it while git_url is empty
-_SOURCE_LINK = re.compile(r'\[source\]\((?:\.\./|/)*blob/[^)]*\)(?:\{[^}]*\})?')
 
 
 def sidebar() -> list[tuple[str, list[str]]]:
@@ -90,7 +54,6 @@ def sidebar() -> list[tuple[str, list[str]]]:
     return out
 
 
-DOCKER_PAGE = '12_reference/docker.md'  # docker/README.md, copied in at each build
 SECTIONS = {'11_tutorials': 'Tutorials', '00_core': 'Core: trajectories and registries', '01_tools': 'Tools',
             '02_chat': 'Chat: parsers, templates, tokens', '03_envs': 'Environments, agents, rewards',
             '04_models': 'Models', '05_engines': 'Rollout engines',
@@ -159,23 +122,10 @@ def write_pages():
     (ROOT / 'nbs' / 'sidebar.yml').write_text(sidebar_yml(), encoding='utf-8')
 
 
-def quarto_build(cache: Path):
-    subprocess.run(['quarto', 'render', '--no-cache'], cwd=cache, check=True)
-    shutil.rmtree(DOCS, ignore_errors=True)
-    shutil.move(str(cache / DOCS.name), str(DOCS))
-    for page in DOCS.rglob('*.html'):  # links written for GitHub (nbs/x.ipynb) in index.ipynb
-        depth = len(page.relative_to(DOCS).parts) - 1
-        page.write_text(_links(page.read_text(encoding='utf-8'), depth, github_only=True),
-                        encoding='utf-8')
-
-
-def _html_name(page: str) -> str:
-    """Where a page lands, as Quarto names it: `06_rollout/02_collector.ipynb#x` ->
-    `06_rollout/collector.html#x` (the file's number prefix dropped, its folder's kept)."""
-    page, hash_, frag = page.partition('#')
-    folder, _, name = page.rpartition('/')
-    name = re.sub(r'\.(ipynb|md)$', '.html', re.sub(r'^\d+[a-z]*_', '', name))
-    return (f'{folder}/{name}' if folder else name) + hash_ + frag
+def quarto_build():
+    "`nbdev_docs`: nbdev's processing, then `quarto render` (with .ci/quarto_hooks.py's steps)."
+    exe = Path(sys.executable).with_name('nbdev_docs')
+    subprocess.run([str(exe) if exe.exists() else 'nbdev_docs'], cwd=ROOT, check=True)
 
 
 def _front_matter(nb: dict) -> dict:
@@ -231,20 +181,6 @@ img{max-width:100%}.description{color:#555;font-size:17px;margin-top:-8px}
 .jp-InputPrompt,.jp-OutputPrompt{display:none}"""
 
 
-def _links(body: str, depth: int, github_only: bool = False) -> str:
-    "Links between notebooks (as written for GitHub: nbs/x.ipynb, x.md) point at the pages."
-    up = '../' * depth
-    def fix(m):
-        url = m.group(2)
-        if re.match(r'[a-z]+:|#', url): return m.group(0)
-        if github_only and not url.startswith(('nbs/', 'docker/README.md')): return m.group(0)
-        if url.startswith('nbs/'): url = up + url[4:]
-        elif url.startswith('docker/README.md'): url = up + DOCKER_PAGE
-        elif url.startswith(('docker/', 'bench/', '.ci/')): return m.group(0)
-        return f'{m.group(1)}{_html_name(url) if re.search(r"\.(ipynb|md)($|#)", url) else url}"'
-    return re.sub(r'((?:href|src)=")([^"]+)"', fix, body)
-
-
 def fallback_build(cache: Path) -> int:
     "Every page of the sidebar rendered from _proc/ into _docs/; the number of pages."
     shutil.rmtree(DOCS, ignore_errors=True)
@@ -261,19 +197,20 @@ def fallback_build(cache: Path) -> int:
             nav = [f'<h2><a href="{up}index.html">tunix_agentic</a></h2>']
             for name, items in sections:
                 if name: nav.append(f'<h3>{html.escape(name)}</h3>')
-                nav += [f'<a href="{up}{_html_name(p)}"{" class=here" if p == page else ""}>'
+                nav += [f'<a href="{up}{html_name(p)}"{" class=here" if p == page else ""}>'
                         f'{html.escape(str(titles[p]))}</a>' for p in items]
             desc, body = bodies[page]
             head = f'<h1>{html.escape(str(titles[page]))}</h1>'
             if desc:  # inline markdown (`code`) as Quarto renders it
                 desc = re.sub(r'`([^`]+)`', r'<code>\1</code>', html.escape(str(desc)))
                 head += f'<p class="description">{desc}</p>'
-            out = DOCS / _html_name(page)
+            out = DOCS / html_name(page)
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(f'<!doctype html><html><head><meta charset="utf-8"><title>'
                            f'{html.escape(str(titles[page]))} – tunix_agentic</title>'
                            f'<style>{_CSS}</style></head><body><nav>{"".join(nav)}</nav>'
-                           f'<main>{head}{_links(body, depth)}</main></body></html>', encoding='utf-8')
+                           f'<main>{head}{quarto_hooks.links(body, depth)}</main></body></html>',
+                           encoding='utf-8')
     return sum(len(p) for _, p in sections)
 
 
@@ -346,7 +283,7 @@ class _Chromium:
 
 def check(screenshots: bool) -> int:
     "Open every page of _docs/; print one line each; the number of problems."
-    pages = [_html_name(p) for _, items in sidebar() for p in items]
+    pages = [html_name(p) for _, items in sidebar() for p in items]
     server = ThreadingHTTPServer(('127.0.0.1', 0), partial(_Quiet, directory=str(DOCS)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base, browser = f'http://127.0.0.1:{server.server_address[1]}/', _Chromium()
@@ -388,22 +325,21 @@ def main(argv=None) -> int:
     p.add_argument('--check', action='store_true', help='open every page in headless Chromium')
     p.add_argument('--screenshots', action='store_true', help='save assets/docs_*.png')
     p.add_argument('--fallback', action='store_true', help='render without Quarto')
+    p.add_argument('--no-build', action='store_true', help='check the _docs/ there is (nbdev_docs)')
     p.add_argument('--module-map', action='store_true', help='write nbs/12_reference/modules.md only')
     a = p.parse_args(argv)
     if a.module_map:
         write_pages()
         return 0
     t = time.time()
-    cache = process()
-    if shutil.which('quarto') and not a.fallback:
-        quarto_build(cache); how = 'quarto'
-    else:
-        fallback_build(cache); how = 'the fallback renderer (no quarto on PATH)'
-    print(f'_docs/ built with {how} in {time.time() - t:.0f} s')
+    if not a.no_build:
+        write_pages()  # the sidebar and module map follow the notebooks there are
+        if shutil.which('quarto') and not a.fallback:
+            quarto_build(); how = 'nbdev_docs'
+        else:
+            fallback_build(process()); how = 'the fallback renderer (no quarto on PATH)'
+        print(f'_docs/ built with {how} in {time.time() - t:.0f} s')
     return min(check(a.screenshots), 1) if a.check else 0
 
 
-# nbdev processes notebooks in spawned workers, which import this file as __mp_main__: both get the
-# patch (in-process processing instead breaks show_doc's annotations, which it resolves in __main__)
-if __name__ in ('__main__', '__mp_main__'): _run_only_what_show_doc_needs()
 if __name__ == '__main__': sys.exit(main())

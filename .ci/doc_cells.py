@@ -1,0 +1,125 @@
+"""The cells nbdev's docs processing executes (`nbdev_docs`, `nbdev_proc_nbs`), and which of them
+are not import-only, exported or `show_doc` cells: those run without the example cells above them.
+
+    python .ci/doc_cells.py                  list, per notebook, executed cells that mix an import
+                                             with code using a name no executed cell defines
+                                             (exit 1 if any): two seconds, runs nothing
+    python .ci/doc_cells.py --run [NB ...]   execute what nbdev executes, one fresh process per
+                                             notebook, and list every cell that fails (not only the
+                                             first, as nbdev_docs does)
+
+nbdev's rule (`nbdev.processors._do_eval`, applied by `exec_show_docs` to every notebook that has an
+exported cell or a `show_doc`): a code cell runs if it is exported (`export`, `exports`, `exporti`,
+`exec_doc`), calls `show_doc`, or contains an import anywhere in it (inside a `def` too), unless it
+says `#| eval: false`. `#| hide` and the test flags (`#| slow`) do not stop it. So an example cell
+that imports something runs without the cells before it that it needs; the house way is an
+import-only cell (the notebook's import cell, or one just above)."""
+import ast, os, subprocess, sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bound(tree) -> set[str]:
+    "Names a cell defines: imports, defs, classes, assignment targets, parameters."
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.Import, ast.ImportFrom)):
+            out |= {'*' if a.name == '*' else (a.asname or a.name.split('.')[0]) for a in n.names}
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): out.add(n.name)
+        elif isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load): out.add(n.id)
+        elif isinstance(n, ast.arg): out.add(n.arg)
+        elif isinstance(n, ast.ExceptHandler) and n.name: out.add(n.name)
+    return out
+
+
+def _unresolved(trees, known: set[str]) -> list[str]:
+    "Names `trees` load that neither they, an earlier executed cell, nor builtins define."
+    import builtins
+    if '*' in known: return []
+    have = known | set(dir(builtins)) | {'__name__', 'display', 'get_ipython', 'show_doc'}
+    for t in trees: have |= _bound(t)
+    return sorted({n.id for t in trees for n in ast.walk(t)
+                   if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in have})
+
+
+def _kind(cell) -> str:
+    "Why nbdev runs `cell`: export, show_doc, imports (import-only) or mixed."
+    import nbdev.processors as P
+    if cell.directives_.keys() & {'export', 'exports', 'exporti', 'exec_doc'}: return 'export'
+    trees = cell.parsed_()
+    if P._show_docs(trees): return 'show_doc'
+    if all(isinstance(t, (ast.Import, ast.ImportFrom)) for t in trees): return 'imports'
+    return 'mixed'
+
+
+def _processor(run: bool, found: list):
+    "nbdev's docs processors, with exec_show_docs recording (and with `run`, running) its cells."
+    import nbdev.processors as P
+    class exec_recorded(P.exec_show_docs):
+        def begin(self):
+            if run: super().begin()
+            else: self.k, self.known = None, set()
+        def __call__(self, cell):
+            if not self.nb.has_docs_: return
+            if P.str2bool(getattr(self.nb, 'frontmatter_', {}).get('skip_showdoc', False)): return
+            if not P._do_eval(cell): return
+            kind = _kind(cell)
+            if not run:
+                trees = cell.parsed_()
+                gone = _unresolved(trees, self.known) if kind == 'mixed' else []
+                if gone: found.append((cell.idx_, kind, cell.source, f'uses {", ".join(gone)}'))
+                for t in trees: self.known |= _bound(t)
+                return
+            self.k.cell(cell)
+            if self.k.exc:
+                exc = self.k.exc[1] if isinstance(self.k.exc, tuple) else self.k.exc
+                found.append((cell.idx_, kind, cell.source, f'{type(exc).__name__}: {exc}'))
+                self.k.exc = None
+        def end(self):
+            if run: super().end()
+    procs = [exec_recorded if p is P.exec_show_docs else p for p in P.FilterDefaults().procs()]
+    return procs
+
+
+def check(nb_path: Path, run: bool = False) -> list:
+    "(cell index, kind, source, error) for each offending cell of the notebook at `nb_path`."
+    from nbdev.process import NBProcessor
+    found = []
+    NBProcessor(nb_path, procs=_processor(run, found), process=True)
+    return found
+
+
+def notebooks() -> list[Path]:
+    from nbdev.doclinks import nbglob
+    os.chdir(ROOT)
+    return sorted(Path(p) for p in nbglob(ROOT / 'nbs', file_glob='*.ipynb'))
+
+
+def main(argv: list[str]) -> int:
+    run = '--run' in argv
+    paths = [Path(a).resolve() for a in argv if a != '--run'] or notebooks()
+    if run and len(paths) > 1:  # one process per notebook, as nbdev's spawned workers
+        bad = 0
+        for p in paths:
+            r = subprocess.run([sys.executable, __file__, '--run', str(p)], cwd=ROOT)
+            bad += r.returncode != 0
+        print(f'{len(paths)} notebooks run, {bad} with failing cells')
+        return min(bad, 1)
+    os.chdir(ROOT)  # nbdev_docs runs the cells from the project root
+    os.environ['IN_TEST'] = '1'
+    total = 0
+    for p in paths:
+        found = check(p, run)
+        total += len(found)
+        for idx, kind, src, err in found:
+            first = next((l for l in src.splitlines() if l.strip() and not l.startswith('#|')), '')
+            print(f'{p.relative_to(ROOT)} cell {idx} ({kind}): {first[:70]}'
+                  + (f'\n    {err[:300]}' if err else ''))
+    if not run:
+        print(f'{len(paths)} notebooks, {total} cells that nbdev_docs runs and that use a name '
+              'only an unexecuted cell defines')
+    return min(total, 1)
+
+
+if __name__ == '__main__': sys.exit(main(sys.argv[1:]))
