@@ -89,6 +89,21 @@ def test_module_map_names_every_module():
     assert '| `tunix_agentic.rollout.collector` | `TrajectoryCollector`' in text
 
 
+def test_nbdev_docs_runs_no_cell_that_needs_a_skipped_one():
+    "nbdev_docs runs every cell holding an import: none may use a name only a skipped cell defines."
+    r = subprocess.run([sys.executable, str(ROOT / '.ci' / 'doc_cells.py')], capture_output=True,
+                       text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def test_show_doc_reads_every_exported_signature():
+    "show_doc evaluates annotations: one naming what its module lacks fails nbdev_docs (NameError)."
+    env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': str(ROOT)}
+    r = subprocess.run([sys.executable, str(ROOT / '.ci' / 'doc_cells.py'), '--signatures'],
+                       capture_output=True, text=True, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
 def _readme_example() -> str:
     text = README.read_text()
     section = text[text.index('## In Python'):]

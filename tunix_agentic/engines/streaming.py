@@ -143,9 +143,10 @@ def text_deltas(tokenizer, ids: list[int], max_wait: int = 16) -> Iterator[str]:
         else: _log.warning('decode is not prefix-stable; the stream ends at %r', done[-20:])
 
 # %% ../../nbs/05_engines/06_streaming.ipynb #b94f6512
-def chat_stream(srv, req: ChatRequest, prompt: list[int],
+def chat_stream(srv, req, prompt: list[int],
                 outs: AsyncIterator[GenerateOutput]) -> StreamingResponse:
-    "The answer to a streaming chat request, as OpenAI server-sent events sent as chunks arrive."
+    """The answer to a streaming chat request (`req`, the server's `ChatRequest`: a later module, so
+    not an annotation), as OpenAI server-sent events sent as chunks arrive."""
     cid, created, model = f'chatcmpl-{uuid.uuid4().hex}', int(time.time()), req.model or srv.model
     def chunk(delta: dict | None, finish: str | None = None, **extra) -> str:
         choices = [] if delta is None else [{'index': 0, 'delta': delta, 'logprobs': None,
