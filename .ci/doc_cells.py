@@ -46,6 +46,26 @@ def _unresolved(trees, known: set[str]) -> list[str]:
                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in have})
 
 
+def _annotation_names(trees) -> set[str]:
+    """Names in the annotations show_doc evaluates for the names a cell defines: a function's
+    parameters and return; a class's `__init__`, or its fields when it has none (a dataclass)."""
+    anns = []
+    def of_function(f):
+        a = f.args
+        params = [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]
+        anns.extend(x.annotation for x in params if x is not None and x.annotation is not None)
+        if f.returns is not None: anns.append(f.returns)
+    for t in trees:
+        if not isinstance(t, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): continue
+        if t.name.startswith('_') and not t.name.startswith('__'): continue  # no show_doc
+        if isinstance(t, (ast.FunctionDef, ast.AsyncFunctionDef)): of_function(t)
+        elif isinstance(t, ast.ClassDef):
+            init = [f for f in t.body if isinstance(f, ast.FunctionDef) and f.name == '__init__']
+            if init: of_function(init[0])
+            else: anns.extend(f.annotation for f in t.body if isinstance(f, ast.AnnAssign))
+    return {n.id for a in anns for n in ast.walk(a) if isinstance(n, ast.Name)}
+
+
 def _kind(cell) -> str:
     "Why nbdev runs `cell`: export, show_doc, imports (import-only) or mixed."
     import nbdev.processors as P
@@ -73,6 +93,13 @@ def _processor(run: bool, found: list):
                 gone = _unresolved(trees, self.known) if kind == 'mixed' else []
                 if gone: found.append((cell.idx_, kind, cell.source, f'uses {", ".join(gone)}'))
                 for t in trees: self.known |= _bound(t)
+                if cell.directives_.keys() & {'export', 'exports', 'exec_doc'}:  # then show_doc
+                    import builtins
+                    late = sorted(_annotation_names(trees) - self.known - set(dir(builtins)))
+                    if late and '*' not in self.known:
+                        found.append((cell.idx_, 'annotation', cell.source,
+                                      f'annotations name {", ".join(late)}, undefined when '
+                                      'show_doc runs (defined later or never)'))
                 return
             self.k.cell(cell)
             if self.k.exc:

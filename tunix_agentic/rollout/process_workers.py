@@ -133,7 +133,7 @@ def _settle(f: concurrent.futures.Future, result=None, error: BaseException | No
 # %% ../../nbs/06_rollout/05_process_workers.ipynb #d1120b3a
 class ProcessWeights:
     "The `weights` sink of a `ProcessCollector`: new weights go to every worker's engine."
-    def __init__(self, collector: ProcessCollector):
+    def __init__(self, collector):  # a ProcessCollector: defined below, so not an annotation
         self.collector, self.policy_version = collector, 0
     def update_params(self, params: Any, version: int | None = None):
         "Send `params` (a module's state, as host arrays) to every worker's engine; wait for all."
