@@ -5,12 +5,18 @@ once before rendering (QUARTO_PROJECT_INPUT_FILES set) and once after (QUARTO_PR
 Before: assets/ copied in (the pictures the pages show), docker/README.md added as a Reference page,
 and show_doc's `[source]` links dropped while settings.ini has no git_url (they would point at
 /blob/main/..., a page no host serves). After: links written for GitHub in nbs/index.ipynb (which is
-also README.md: `nbs/x.ipynb`, `docker/README.md`) pointed at the pages. Standard library only:
-Quarto runs it with whichever python3 is on PATH. `.ci/docs.py --fallback` runs the same steps."""
+also README.md: `nbs/x.ipynb`, `docker/README.md`) pointed at the pages; and when the render was
+nbdev's README (`nbdev_readme`, run by `nbdev_docs` and `nbdev_prepare` whenever nbs/index.ipynb is
+newer than README.md, as in a fresh clone), its output replaced by what `.ci/readme.py` renders, so
+that README.md stays byte for byte the file in git (Quarto's GitHub markdown would drop the summary
+line, rewrap every paragraph and link names to doc_host, http://localhost:8000, from GitHub).
+Standard library only: Quarto runs it with whichever python3 is on PATH. `.ci/docs.py --fallback`
+runs the same steps."""
 import configparser, os, re, shutil, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / '.ci'))
 DOCKER_PAGE = '12_reference/docker.md'  # docker/README.md, copied in at each build
 # `[source](blob/main/x.py#L1){target="_blank" ...}` as show_doc writes it while git_url is empty
 _SOURCE_LINK = re.compile(r'\[source\]\((?:\.\./|/)*blob/[^)]*\)(?:\{[^}]*\})?')
@@ -61,9 +67,12 @@ def links(body: str, depth: int, github_only: bool = False) -> str:
 
 
 def post_render(out: Path, files: list[str]):
-    "GitHub-style links in the rendered pages pointed at the site's pages."
+    "GitHub-style links in the rendered pages pointed at the site's pages; README.md as readme.py's."
     for f in files:
         page = Path(f) if Path(f).is_absolute() else Path.cwd() / f
+        if page.name == 'README.md' and page.exists():
+            import readme  # .ci/readme.py, beside this file
+            page.write_text(readme.render(), encoding='utf-8')
         if page.suffix != '.html' or not page.exists(): continue
         depth = len(page.resolve().relative_to(out.resolve()).parts) - 1
         text = page.read_text(encoding='utf-8')
