@@ -67,7 +67,7 @@ def links(body: str, depth: int, github_only: bool = False) -> str:
 
 
 def post_render(out: Path, files: list[str]):
-    "GitHub-style links in the pages pointed at the site's pages; README.md as readme.py renders it."
+    "GitHub-style links in the pages pointed at the pages; README.md as readme.py renders it."
     for f in files:
         page = Path(f) if Path(f).is_absolute() else Path.cwd() / f
         if page.name == 'README.md' and page.exists():
