@@ -17,9 +17,11 @@ U; W too where there is a launcher) for the sandbox, the trainer and the child f
 teardown) is not in it (nor, for bwrap, the processes its PID namespace's pid 1 leaves to the kernel,
 so its CPU column is not comparable). Throughput phases are interleaved in chunks of 10 calls per kind, so load
 from other processes on the machine hits both alike. `--bwrap` adds bubblewrap (spawn per call:
-`bwrap --unshare-all ... python -c`), for comparison only.
+`bwrap --unshare-all ... python -c`), for comparison only. `--nosite` adds `python -S -c`: what a bare spawn
+costs without site and .pth files (an editable install's finder alone imports pathlib and re: about 10 of
+the 22 ms of a `python -c` in this project's .venv), the floor of any Python spawn.
 
-Usage: python bench/sandbox.py [--n 40] [--concurrency 1 4] [--rounds 2] [--pool 4] [--bwrap]
+Usage: python bench/sandbox.py [--n 40] [--concurrency 1 4] [--rounds 2] [--pool 4] [--bwrap] [--nosite]
        [--before CHECKOUT]  (e.g. `git worktree add --detach /tmp/before 5254d66`: the same calls
        through that checkout's fork server, interleaved with the others)
 The sandbox runs with every protection of issue 26 (allowlist root, seccomp allowlist, fresh keyring,
@@ -34,8 +36,8 @@ from tunix_agentic.tools.sandbox import LocalSandbox, SandboxConfig
 CODE = 'print(1+1)'
 
 
-async def raw_once():
-    p = await asyncio.create_subprocess_exec(sys.executable, '-c', CODE, stdout=asyncio.subprocess.PIPE,
+async def raw_once(*flags):
+    p = await asyncio.create_subprocess_exec(sys.executable, *flags, '-c', CODE, stdout=asyncio.subprocess.PIPE,
                                              stderr=asyncio.subprocess.PIPE, start_new_session=True)
     out, _ = await p.communicate()
     assert out == b'2\n', out
@@ -118,6 +120,7 @@ async def main(a):
         k for k in ('userns', 'mountns', 'netns', 'ipcns', 'utsns', 'pidns', 'fs_view', 'private_tmp',
                     'own_proc', 'seccomp', 'cgroup') if iso.get(k)) + f"; missing {iso.get('missing')}")
     kinds, pids = {'raw': raw_once, 'sandbox': lambda: sbx_once(sbx)}, [srv.proc.pid]
+    if a.nosite: kinds['nosite'] = lambda: raw_once('-S')
     if a.before:  # the same calls through the fork server of another checkout
         logging.getLogger('tunix_agentic.tools.sandbox').setLevel(logging.ERROR)  # older 'missing'
         old = await asyncio.to_thread(before_sandbox, a.before, a.pool)
@@ -154,6 +157,10 @@ async def main(a):
         parts += [f"before ({a.before}): p50 {p50['before']:.1f} ms, " + ', '.join(
             f"concurrency {c} {tput['before', c]:.1f} exec/s ({tput['before', c] / tput['raw', c]:.2f}x raw)"
             for c in a.concurrency)]
+    if 'nosite' in kinds:
+        parts += ['against python -S -c (no site: no .pth files, e.g. an editable install\'s finder) ' +
+                  ', '.join(f"concurrency {c} {tput['nosite', c]:.1f} exec/s (sandbox {tput['sandbox', c] / tput['nosite', c]:.2f}x)"
+                            for c in a.concurrency)]
     parts.append('CPU per call ' + ', '.join(f'{k} {statistics.median(v):.1f} ms' for k, v in cpu.items()))
     if 'bwrap' in kinds: parts.append(f"bwrap p50 {p50['bwrap']:.1f} ms")
     print(f'RESULT bench/sandbox.py: print(1+1), {a.rounds}x{a.n} sequential + throughput chunks, '
@@ -168,5 +175,6 @@ if __name__ == '__main__':
     ap.add_argument('--rounds', type=int, default=2)
     ap.add_argument('--pool', type=int, default=SandboxConfig.pool_size, help='ready launchers')
     ap.add_argument('--bwrap', action='store_true', help='also time bubblewrap (if installed)')
+    ap.add_argument('--nosite', action='store_true', help='also time `python -S -c` (no site, no .pth)')
     ap.add_argument('--before', help="a checkout of the code before a change: its fork server is timed too")
     asyncio.run(main(ap.parse_args()))
