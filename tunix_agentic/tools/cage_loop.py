@@ -70,10 +70,11 @@ def clone_reaper(req: dict, ctl: socket.socket, state: dict, cg: dict) -> int:
     "R cloned into its namespaces at once (no launcher): its id maps and cgroup set from here."
     go_r, go_w = os.pipe()
     pid = cage.clone_namespaces(sum(cage.NS.values()))
-    if pid == 0:  # R: wait until the spawner has set it up
-        os.close(go_w)
-        if os.read(go_r, 1) != b'1': os._exit(0)
-        os.close(go_r); cage_server.cloned(req, ctl, state, cg)
+    if pid == 0:  # R: wait until the spawner has set it up; never back into the spawner's loop
+        try:
+            os.close(go_w)
+            if os.read(go_r, 1) == b'1': os.close(go_r); cage_server.cloned(req, ctl, state, cg)
+        finally: os._exit(0)
     os.close(go_r)
     try:
         uid, gid = (req['uid'], req['gid']) if cage.ROOT else (os.geteuid(), os.getegid())
