@@ -157,8 +157,9 @@ _held = ctypes.PyDLL(None, use_errno=True)  # the GIL stays held: the child goes
 
 def clone_namespaces(flags: int) -> int:
     "fork(2) straight into fresh namespaces (clone(2) with `flags`): 0 in the child, else its pid."
-    if os.uname().machine not in CLONE_NR: raise OSError(38, f'clone on {os.uname().machine}')
-    pid = _held.syscall(ctypes.c_long(CLONE_NR[os.uname().machine]), ctypes.c_ulong(flags | 17),
+    nr = CLONE_NR.get(os.uname().machine)
+    if nr is None: raise OSError(38, f'clone on {os.uname().machine}')
+    pid = _held.syscall(ctypes.c_long(nr), ctypes.c_ulong(flags | 17),
                         None, None, None, None)  # 17: SIGCHLD to the parent at exit, as fork
     if pid < 0: e = ctypes.get_errno(); raise OSError(e, f'clone: {os.strerror(e)}')
     return pid

@@ -4,7 +4,8 @@
 
 # %% auto #0
 __all__ = ['REQUIRED', 'STATE', 'load_sibling', 'read_call', 'user_setup', 'user', 'kill_all', 'reap', 'prepare', 'refusal',
-           'wait_call', 'copy_back', 'host_scratch', 'report', 'run_user', 'reaper', 'launch', 'cloned']
+           'wait_call', 'copy_back', 'host_scratch', 'report', 'run_user', 'reaper', 'first_report', 'answer_failed',
+           'launch', 'cloned']
 
 # %% ../../nbs/01_tools/04a_cage_server.ipynb #c0cf4e50
 import fcntl, gc, importlib.util, json, os, resource, signal, socket, sys
@@ -232,12 +233,23 @@ def reaper(req: dict, rep: dict, ctl: socket.socket) -> None:
     report(fds[3], out, rep); os._exit(0)
 
 # %% ../../nbs/01_tools/04a_cage_server.ipynb #74d5db3b
+def first_report(state: dict, spawn: str) -> dict:
+    "The call's isolation report as the server readied it; `spawn`: 'launcher' or 'clone'."
+    return {'backend': 'forkserver', 'spawn': spawn, 'fs_view': bool(state['view']),
+            'view': state['view'], 'errors': list(state['errors'])}
+
+def answer_failed(ctl: socket.socket, rep: dict, e: BaseException) -> None:
+    "Setup failed before the reaper ran: wait for the call and answer it with the error."
+    try:
+        msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 8)
+        report(fds[3], {'setup_error': f'launcher: {e!r}'}, rep)
+    except (OSError, IndexError): pass
+
 def launch(req: dict, ctl: socket.socket, state: dict, cg: dict, uid: int) -> None:
     "A launcher (W), forked ahead of its call: fresh namespaces, and R as their pid 1."
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the spawner's reaper; W and R wait for theirs
     gc.disable()  # W and R run little Python; a collection would only copy the server's pages
-    rep = {'backend': 'forkserver', 'spawn': 'launcher', 'fs_view': bool(state['view']),
-           'view': state['view'], 'errors': list(state['errors'])}
+    rep = first_report(state, 'launcher')
     try:
         cage.close_except({ctl.fileno(), *cg.values()})  # e.g. another call's pipes in the server
         cage.prctl(1, signal.SIGKILL)  # die with the server
@@ -256,30 +268,19 @@ def launch(req: dict, ctl: socket.socket, state: dict, cg: dict, uid: int) -> No
         if pid == 0: reaper(req, rep, ctl)
         ctl.close()
         os.waitpid(pid, 0)  # R reports to the trainer itself; if R dies, so do the namespaces
-    except BaseException as e:  # answer the call with what went wrong
-        try:
-            msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 8)
-            report(fds[3], {'setup_error': f'launcher: {e!r}'}, rep)
-        except (OSError, IndexError): pass
+    except BaseException as e: answer_failed(ctl, rep, e)
     os._exit(0)
 
 # %% ../../nbs/01_tools/04a_cage_server.ipynb #53bfebb1
 def cloned(req: dict, ctl: socket.socket, state: dict, cg: dict) -> None:
     "R cloned straight into its namespaces: the spawner set its id maps and its cgroup."
     signal.signal(signal.SIGCHLD, signal.SIG_DFL); gc.disable()
-    rep = {'backend': 'forkserver', 'spawn': 'clone', 'fs_view': bool(state['view']),
-           'view': state['view'], 'errors': list(state['errors']),
-           'cgroup': bool({'v2', 'memory'} & set(cg)),
+    rep = {**first_report(state, 'clone'), 'cgroup': bool({'v2', 'memory'} & set(cg)),
            'uid': req['uid'], **{k: True for k in cage.NS}, 'nproc_per_call': True, 'reaper': True}
     try:
         STATE['peak'] = cgroups.open_peak(cg)
         cage.close_except({ctl.fileno(), STATE['peak'] or 0})
         if cage.ROOT:  # its user namespace maps only the sandbox uid: become it
             os.setresgid(*[req['gid']] * 3); os.setresuid(*[req['uid']] * 3); cage.prctl(4, 1)
-    except BaseException as e:  # answer the call with what went wrong
-        try:
-            msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 8)
-            report(fds[3], {'setup_error': f'launcher: {e!r}'}, rep)
-        except (OSError, IndexError): pass
-        os._exit(0)
+    except BaseException as e: answer_failed(ctl, rep, e); os._exit(0)
     reaper(req, rep, ctl)
