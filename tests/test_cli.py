@@ -131,3 +131,26 @@ def test_a_second_train_into_a_held_run_folder_is_one_line_exit_2(tmp_path):
                              text=True, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
     try: assert again.stdout.readline().strip() == 'held'
     finally: again.kill(); again.wait()
+
+
+_SHOW_ENV_THEN_TRAIN = ("import os, sys; print(os.environ.get('GLIBC_TUNABLES')); "
+                        "from tunix_agentic.app.cli import main; "
+                        "sys.argv = ['tunix-agentic', 'train', 'no_such.yaml']; sys.exit(main())")
+
+
+def test_train_restarts_once_with_huge_pages():
+    "glibc reads `GLIBC_TUNABLES` at start: `train` execs itself once more with the huge-page one."
+    from tunix_agentic.app.cli import HUGE_PAGES, huge_page_env, _thp_mode
+    import platform
+    mine = ('GLIBC_TUNABLES', 'TUNIX_AGENTIC_HUGEPAGES')
+    env = {k: v for k, v in os.environ.items() if k not in mine}
+    if huge_page_env(env, _thp_mode(), platform.libc_ver()[0]) is None:
+        pytest.skip(f'no glibc or transparent huge pages off here ({_thp_mode()!r})')
+    go = lambda **kw: subprocess.run([sys.executable, '-c', _SHOW_ENV_THEN_TRAIN],
+                                     capture_output=True, text=True, timeout=120,
+                                     env={**env, 'JAX_PLATFORMS': 'cpu', **kw})
+    r = go()
+    assert r.returncode == 2 and r.stdout.split() == ['None', HUGE_PAGES], (r.stdout, r.stderr)
+    assert "config 'no_such.yaml' not found" in r.stderr
+    r = go(TUNIX_AGENTIC_HUGEPAGES='0')  # turned off: one run, no restart
+    assert r.returncode == 2 and r.stdout.split() == ['None'], (r.stdout, r.stderr)

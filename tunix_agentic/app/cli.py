@@ -4,13 +4,13 @@
 
 # %% ../../nbs/10_app/04_cli.ipynb #c6008a17
 from __future__ import annotations
-import argparse, json, logging, platform, sys
+import argparse, json, logging, os, platform, sys
 from pathlib import Path
 from .config import (ConfigError, load_config, to_yaml, preset_names, preflight,
                                       lock_run_folder)
 
 # %% auto #0
-__all__ = ['scripted_calculator_episode', 'format_token_table', 'build_parser', 'main']
+__all__ = ['HUGE_PAGES', 'scripted_calculator_episode', 'format_token_table', 'build_parser', 'huge_page_env', 'main']
 
 # %% ../../nbs/10_app/04_cli.ipynb #0cb778b1
 def _cmd_info(args) -> int:
@@ -246,10 +246,39 @@ def build_parser() -> argparse.ArgumentParser:
     _run_commands(sub); _other_commands(sub)
     return p
 
+# %% ../../nbs/10_app/04_cli.ipynb #dad56172
+HUGE_PAGES = 'glibc.malloc.hugetlb=1'
+
+def _thp_mode() -> str:
+    "The kernel's transparent huge page setting, e.g. 'always [madvise] never' ('' if unknown)."
+    try: return Path('/sys/kernel/mm/transparent_hugepage/enabled').read_text().strip()
+    except OSError: return ''
+
+def huge_page_env(environ: dict[str, str], thp_mode: str, libc: str) -> dict[str, str] | None:
+    "The environment to restart a training command in so malloc uses huge pages; None: no restart."
+    tunables = environ.get('GLIBC_TUNABLES', '')
+    if environ.get('TUNIX_AGENTIC_HUGEPAGES', '1') == '0' or 'glibc.malloc.hugetlb' in tunables:
+        return None
+    if libc != 'glibc' or not thp_mode or '[never]' in thp_mode: return None
+    return {**environ, 'GLIBC_TUNABLES': f'{tunables}:{HUGE_PAGES}' if tunables else HUGE_PAGES}
+
+
+# %% ../../nbs/10_app/04_cli.ipynb #9b2a1d0d
+def _restart_with_huge_pages(command: str):
+    "Exec this command line again with `huge_page_env`, for `train` and `demo` (else return)."
+    if command not in ('train', 'demo'): return
+    env = huge_page_env(dict(os.environ), _thp_mode(), platform.libc_ver()[0])
+    if env is None: return
+    sys.stdout.flush(); sys.stderr.flush()
+    try: os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    except OSError as e: logging.getLogger(__name__).warning('no huge pages (%s)', e)
+
+
 # %% ../../nbs/10_app/04_cli.ipynb #5d72a08f
 def main(argv: list[str] | None = None) -> int:
     "Entry point of the `tunix-agentic` console script."
     args = build_parser().parse_args(argv)
+    if argv is None: _restart_with_huge_pages(args.command)  # the console script, not a caller
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format='%(levelname)s %(name)s: %(message)s')
     try: return args.fn(args)

@@ -143,8 +143,11 @@ class SFTSection:
     batch: int = 32
     lr: float = 3e-3
     warmup_steps: int = 10
+    final_lr: float | None = None   # cosine decay to this by the last step (None: constant lr)
     logit_chunk: int = 0            # log-probs this many tokens at a time (0: full logits)
     def __post_init__(self):
+        _check(self.final_lr is None or 0 <= self.final_lr <= self.lr, 'sft.final_lr',
+               self.final_lr, f'None or a number in 0..sft.lr={self.lr}')
         _positive(self, 'sft', ('short_steps', 'full_steps', 'n_demos', 'warmup_steps',
                                'logit_chunk'), 0)
         _positive(self, 'sft', ('batch',))

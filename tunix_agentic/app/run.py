@@ -81,9 +81,11 @@ def _warm_start(self: Run) -> list[float]:
     t = time.perf_counter()
     demos = teacher_demonstrations(self.train_tasks, self.tok, c)
     self.times['demonstrations_s'] = time.perf_counter() - t
+    steps = max(c.sft.short_steps + c.sft.full_steps, c.sft.warmup_steps + 1)
+    decay = {} if c.sft.final_lr is None else {'decay_to': (steps, c.sft.final_lr)}
     sft = Trainer(self.model, TrainerConfig(learning_rate=c.sft.lr, warmup_steps=c.sft.warmup_steps,
                                             buckets=BUCKETS, pad_id=self.pad_id, shared_prefix=16,
-                                            logit_chunk=c.sft.logit_chunk))
+                                            logit_chunk=c.sft.logit_chunk, **decay))
     t = time.perf_counter()
     self.sft_losses = sft_warm_start(sft, demos, c, self.sinks)
     self.times['sft_s'] = time.perf_counter() - t

@@ -109,6 +109,7 @@ class TrainerConfig:
     b2: float = 0.999
     max_grad_norm: float = 1.0          # global-norm clip
     warmup_steps: int = 0
+    decay_to: tuple[int, float] | None = None  # (step, lr): cosine decay to lr by step (> warmup)
     micro_batches: int = 1              # gradient accumulation: the batch is cut into this many
     sort_micro_batches: bool = False    # micro-batches of rows of similar length, own buckets
     temperature: float = 1.0            # sampling temperature the engine's logprobs used
@@ -127,18 +128,18 @@ class TrainerConfig:
         for f, low in (('micro_batches', 1), ('logit_chunk', 0)):
             if getattr(self, f) < low:
                 raise ValueError(f'{f} must be >= {low}, got {getattr(self, f)}')
-        if self.opt_state_dtype not in (None, 'float32', 'bfloat16'):
-            raise ValueError(f'opt_state_dtype={self.opt_state_dtype!r}; expected None, '
-                             "'float32' or 'bfloat16'")
+        if self.opt_state_dtype not in (None, 'float32', 'bfloat16'): raise ValueError(
+            f"opt_state_dtype={self.opt_state_dtype!r}; expected None, 'float32' or 'bfloat16'")
     @classmethod
     def tiny(cls, **kw) -> TrainerConfig:
         return cls(**{'learning_rate': 1e-3, 'buckets': (32, 64, 128), **kw})
 
 # %% ../../nbs/07_learn/02_trainer.ipynb #575ca97e
 def make_optimizer(cfg: TrainerConfig) -> optax.GradientTransformation:
-    "Global-norm clipping, then AdamW (warmup if `warmup_steps`; state in `opt_state_dtype`)."
-    lr = (optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps) if cfg.warmup_steps
-          else cfg.learning_rate)
+    "Global-norm clipping, then AdamW (warmup, cosine decay if set; state in `opt_state_dtype`)."
+    lr, decay = cfg.learning_rate, cfg.decay_to
+    if decay: lr = optax.warmup_cosine_decay_schedule(0.0, lr, cfg.warmup_steps, *decay)
+    elif cfg.warmup_steps: lr = optax.linear_schedule(0.0, lr, cfg.warmup_steps)
     tx = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm),
                      optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, weight_decay=cfg.weight_decay))
     return with_state_dtype(tx, jnp.dtype(cfg.opt_state_dtype)) if cfg.opt_state_dtype else tx
@@ -361,8 +362,7 @@ def logprobs(self: Trainer, batch: dict) -> np.ndarray:
 
 # %% ../../nbs/07_learn/02_trainer.ipynb #982a6755
 def _abstract(tree):
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-                        tree)
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
 
 @patch
 def save(self: Trainer, directory: str | Path, max_to_keep: int | None = 3) -> Path:
