@@ -6,8 +6,9 @@ and (b) `LocalSandbox.run('print(1+1)')` (fork server: a spare reaper cloned by 
 into new user/mount/net/IPC/UTS/PID namespaces and a cgroup (a launcher process first where clone(2)
 with namespace flags is refused), private tmpfs, own /proc, seccomp, rlimits, capped output), N
 sequential runs give
-p50/p95 latency, and N runs at concurrency C give executions/s. The two kinds are interleaved in
-rounds (latency: call by call) so that load from other processes on the machine hits both alike.
+p50/p95 latency, and stretches of `--stretch-s` seconds with C calls always in flight give
+executions/s. The kinds are interleaved (latency: call by call; throughput: stretch by stretch) so
+that load from other processes on the machine hits them alike.
 Both are spawned the same way (asyncio, pipes, start_new_session=True for the bare spawn). The fork
 server is started before timing (once per process; its start-up is printed). Target (issues 11,
 26): throughput at concurrency 4 >= 3x the bare spawn on a quiet machine.
@@ -15,13 +16,18 @@ server is started before timing (once per process; its start-up is printed). Tar
 CPU per call counts the trainer, the fork server, its spawner and every process of the call (R and
 U; W too where there is a launcher) for the sandbox, the trainer and the child for the bare spawn; the kernel's deferred work (network namespace
 teardown) is not in it (nor, for bwrap, the processes its PID namespace's pid 1 leaves to the kernel,
-so its CPU column is not comparable). Throughput phases are interleaved in chunks of 10 calls per kind, so load
-from other processes on the machine hits both alike. `--bwrap` adds bubblewrap (spawn per call:
+so its CPU column is not comparable). A throughput stretch starts calls until its time is up and
+counts the last ones' finish: it measures the steady state, not the ramp of a few calls, and a
+warm pool readies at most `--pool` calls between stretches (off the clock), a few percent of a
+stretch. (Chunks of 10 calls, before 2026-11-27, were a third ramp and drain, and up to 4 of
+their 10 calls had been readied off the clock.) Each adjacent pair of stretches gives a ratio:
+their spread is printed beside the overall figure. `--bwrap` adds bubblewrap (spawn per call:
 `bwrap --unshare-all ... python -c`), for comparison only. `--nosite` adds `python -S -c`: what a bare spawn
 costs without site and .pth files (an editable install's finder alone imports pathlib and re: about 10 of
 the 22 ms of a `python -c` in this project's .venv), the floor of any Python spawn.
 
-Usage: python bench/sandbox.py [--n 40] [--concurrency 1 4] [--rounds 2] [--pool 4] [--bwrap] [--nosite]
+Usage: python bench/sandbox.py [--n 40] [--concurrency 1 4] [--rounds 2] [--stretches 3] [--stretch-s 1]
+       [--pool 4] [--bwrap] [--nosite]
        [--before CHECKOUT]  (e.g. `git worktree add --detach /tmp/before 5254d66`: the same calls
        through that checkout's fork server, interleaved with the others)
 The sandbox runs with every protection of issue 26 (allowlist root, seccomp allowlist, fresh keyring,
@@ -66,13 +72,14 @@ async def latencies(fn, n):
     return ts
 
 
-async def throughput(fn, n, c):
-    "Seconds for n calls at concurrency c."
-    sem = asyncio.Semaphore(c)
-    async def one():
-        async with sem: await fn()
-    t0 = time.perf_counter(); await asyncio.gather(*(one() for _ in range(n)))
-    return time.perf_counter() - t0
+async def stretch(fn, c, secs):
+    "(calls, seconds): c calls always in flight, new ones started until `secs` have passed."
+    n, t0 = 0, time.perf_counter()
+    async def worker():
+        nonlocal n
+        while time.perf_counter() - t0 < secs: await fn(); n += 1
+    await asyncio.gather(*(worker() for _ in range(c)))
+    return n, time.perf_counter() - t0
 
 
 def tree_ms(pid):
@@ -101,6 +108,11 @@ def before_sandbox(checkout, pool):
         sbx.server()
     finally: forkserver.SERVER_PATH = now
     return sbx
+
+
+def rate(runs):
+    "Calls per second over (calls, seconds) stretches."
+    return sum(n for n, _ in runs) / sum(t for _, t in runs)
 
 
 def pct(xs, q):
@@ -135,24 +147,27 @@ async def main(a):
         for _ in range(a.n):  # latency: alternate the kinds call by call
             for k, fn in kinds.items(): lat[k] += await latencies(fn, 1)
         for c in a.concurrency:
-            for _ in range(max(1, a.n // 10)):  # throughput: alternate chunks of 10 calls
+            for _ in range(a.stretches):  # throughput: alternate stretches of a.stretch_s seconds
                 for k, fn in kinds.items():
                     c0 = cpu_ms(pids)
-                    secs[k, c].append(await throughput(fn, 10, c))
-                    cpu[k].append((cpu_ms(pids) - c0) / 10)
+                    secs[k, c].append(await stretch(fn, c, a.stretch_s))
+                    cpu[k].append((cpu_ms(pids) - c0) / secs[k, c][-1][0])
         for k in kinds:
-            tp = ', '.join(f'{10 * len(secs[k, c]) / sum(secs[k, c]):6.1f} exec/s at {c}' for c in a.concurrency)
+            tp = ', '.join(f'{rate(secs[k, c]):6.1f} exec/s at {c}' for c in a.concurrency)
             print(f'round {rnd} {k:8s}: p50 {pct(lat[k][-a.n:], 50) * 1e3:6.1f} ms, p95 '
                   f'{pct(lat[k][-a.n:], 95) * 1e3:6.1f} ms, {tp} (so far), '
                   f'{statistics.median(cpu[k]):5.1f} ms CPU per call')
     p50 = {k: pct(lat[k], 50) * 1e3 for k in kinds}
-    tput = {(k, c): 10 * len(v) / sum(v) for (k, c), v in secs.items()}
+    tput = {(k, c): rate(v) for (k, c), v in secs.items()}
+    spread = {c: sorted((s / ss) / (r / rs) for (s, ss), (r, rs) in zip(secs['sandbox', c], secs['raw', c]))
+              for c in a.concurrency}  # adjacent stretches: sandbox/raw
     load1 = os.getloadavg()
     parts = [f"sandbox p50 {p50['sandbox']:.1f} ms vs raw python -c {p50['raw']:.1f} ms "
              f"({p50['raw'] / p50['sandbox']:.1f}x faster)"]
     for c in a.concurrency:
         parts.append(f"concurrency {c}: sandbox {tput['sandbox', c]:.1f} vs raw {tput['raw', c]:.1f} "
-                     f"exec/s ({tput['sandbox', c] / tput['raw', c]:.2f}x)")
+                     f"exec/s ({tput['sandbox', c] / tput['raw', c]:.2f}x; {len(spread[c])} pairs of "
+                     f"stretches {spread[c][0]:.2f}-{spread[c][-1]:.2f}x)")
     if 'before' in kinds:
         parts += [f"before ({a.before}): p50 {p50['before']:.1f} ms, " + ', '.join(
             f"concurrency {c} {tput['before', c]:.1f} exec/s ({tput['before', c] / tput['raw', c]:.2f}x raw)"
@@ -163,7 +178,8 @@ async def main(a):
                             for c in a.concurrency)]
     parts.append('CPU per call ' + ', '.join(f'{k} {statistics.median(v):.1f} ms' for k, v in cpu.items()))
     if 'bwrap' in kinds: parts.append(f"bwrap p50 {p50['bwrap']:.1f} ms")
-    print(f'RESULT bench/sandbox.py: print(1+1), {a.rounds}x{a.n} sequential + throughput chunks, '
+    print(f'RESULT bench/sandbox.py: print(1+1), {a.rounds}x{a.n} sequential + {a.rounds}x{a.stretches} '
+          f'stretches of {a.stretch_s:g} s per concurrency, '
           f'cpus={os.cpu_count()}, pool {a.pool}: ' + '; '.join(parts) +
           f'; load average {load0[0]:.2f} at start, {load1[0]:.2f} at end (shared machine)')
 
@@ -173,6 +189,8 @@ if __name__ == '__main__':
     ap.add_argument('--n', type=int, default=40)
     ap.add_argument('--concurrency', type=int, nargs='+', default=[1, 4])
     ap.add_argument('--rounds', type=int, default=2)
+    ap.add_argument('--stretches', type=int, default=3, help='throughput stretches per kind, round, concurrency')
+    ap.add_argument('--stretch-s', type=float, default=1.0, help='seconds of one throughput stretch')
     ap.add_argument('--pool', type=int, default=SandboxConfig.pool_size, help='ready launchers')
     ap.add_argument('--bwrap', action='store_true', help='also time bubblewrap (if installed)')
     ap.add_argument('--nosite', action='store_true', help='also time `python -S -c` (no site, no .pth)')
