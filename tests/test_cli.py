@@ -154,3 +154,26 @@ def test_train_restarts_once_with_huge_pages():
     assert "config 'no_such.yaml' not found" in r.stderr
     r = go(TUNIX_AGENTIC_HUGEPAGES='0')  # turned off: one run, no restart
     assert r.returncode == 2 and r.stdout.split() == ['None'], (r.stdout, r.stderr)
+
+
+@pytest.mark.timeout(400)
+def test_a_run_folder_resumes_only_its_own_run(tmp_path):
+    "`demo --quick` then `demo` into one folder ran GRPO from the quick checkpoint (0% -> 0%, no error)."
+    out = tmp_path / 'run'
+    first = run('train', 'calculator_quick', f'log.output_dir={out}', timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    saved = (out / 'config.yaml').read_text()
+    other = run('train', 'calculator_quick', f'log.output_dir={out}', 'sft.short_steps=3',
+                'collect.group_size=4')
+    assert other.returncode == 2, other.stderr[-2000:]
+    assert other.stderr.splitlines() == [
+        f"tunix-agentic train: error: '{out}' holds a checkpoint of another run (collect.group_size: "
+        f"2 there, 4 here, sft.short_steps: 2 there, 3 here); choose another log.output_dir, remove "
+        f"the folder, or resume it as it was: tunix-agentic train {out}"], other.stderr
+    assert (out / 'config.yaml').read_text() == saved  # refused before it wrote anything
+    longer = run('train', str(out), 'grpo.steps=2', timeout=300)  # the same run, trained longer
+    assert longer.returncode == 0, longer.stderr[-2000:]
+    assert json.loads((out / 'summary.json').read_text())['config']['grpo']['steps'] == 2
+    from tunix_agentic.app.config import load_config  # `demo --quick` stays out of `demo`'s folder
+    assert (load_config('calculator_quick').log.output_dir, load_config('calculator').log.output_dir) \
+        == ('runs/demo_quick', 'runs/demo')

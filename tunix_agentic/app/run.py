@@ -14,7 +14,7 @@ from ..learn.trainer import Trainer, TrainerConfig
 from ..learn.loop import OnlineLoop, LoopConfig, MetricSinks, read_metrics, latest_per_step
 from ..rollout.dumps import DumpWriter
 from .config import (RunConfig, ConfigError, load_config, to_yaml, preflight,
-                                      lock_run_folder)
+                                      lock_run_folder, check_resumable)
 from .demo import (load_tasks, build_policy, make_engine, make_collector, evaluate,
                    engine_on_copy, evaluate_both, teacher_demonstrations, sft_warm_start, plot_demo,
                    diagnosis_of, env_factory, agent_factory, seeds_table, plot_seeds,
@@ -247,8 +247,9 @@ def _train(self: Run) -> dict:
     c, t0 = self.cfg, time.perf_counter()
     compilation_cache()  # a second run of the same programs loads them instead of compiling
     lock_run_folder(self.out)  # one process per run folder
-    (self.out / 'config.yaml').write_text(to_yaml(c))
     resuming = self.has_checkpoint()
+    if resuming: check_resumable(self.out / 'config.yaml', c)  # this run's checkpoint, no other's
+    (self.out / 'config.yaml').write_text(to_yaml(c))
     self.sinks = MetricSinks(self.out, c.log.tensorboard, c.log.wandb_project, config=c.to_dict())
     pool = None  # the evaluation beside GRPO; shut down in `finally` if GRPO fails
     try:
