@@ -15,7 +15,7 @@ __all__ = ['MODEL_SOURCES', 'HF_FAMILIES', 'ENGINES', 'WORKERS', 'PRESETS', 'RES
            'ChatSection', 'TasksSection', 'EnvSection', 'AgentSection', 'EpisodeSection', 'CollectSection',
            'EngineSection', 'WorkersSection', 'SFTSection', 'GRPOSection', 'EvalSection', 'LogSection',
            'CheckpointSection', 'RunConfig', 'preset_names', 'config_path', 'packaged_file', 'load_config', 'to_yaml',
-           'preflight', 'lock_run_folder', 'config_changes', 'check_resumable']
+           'preflight', 'lock_run_folder', 'check_resumable']
 
 # %% ../../nbs/10_app/01_config.ipynb #4dafc353
 class ConfigError(ValueError):
@@ -362,27 +362,17 @@ def lock_run_folder(folder: str | Path) -> Path:
 # %% ../../nbs/10_app/01_config.ipynb #78678d3e
 RESUMABLE = ('grpo.steps', 'log.', 'checkpoint.')  # may differ when a run folder is resumed
 
-def config_changes(old: dict, new: dict, prefix: str = '') -> list[str]:
-    "Dotted names of the fields whose values differ between two config dicts."
-    out = []
-    for k in sorted(set(old) | set(new)):
-        a, b = old.get(k), new.get(k)
-        if isinstance(a, dict) and isinstance(b, dict): out += config_changes(a, b, f'{prefix}{k}.')
-        elif a != b: out.append(f'{prefix}{k}')
-    return out
-
 def check_resumable(saved: str | Path, cfg: RunConfig) -> None:
     "`ConfigError` unless `cfg` may resume the run whose config was saved at `saved`."
-    old, new = load_config(saved).to_dict(), cfg.to_dict()
-    bad = [n for n in config_changes(old, new) if not n.startswith(RESUMABLE)]
+    from tunix_agentic.rollout.metrics import flatten_metrics  # {'a': {'b': 1}} -> {'a/b': 1}
+    old, new = (flatten_metrics(c.to_dict()) for c in (load_config(saved), cfg))
+    bad = [k for k in sorted(old.keys() | new.keys())
+           if old.get(k) != new.get(k) and not k.replace('/', '.').startswith(RESUMABLE)]
     if bad:
         folder = Path(saved).parent
-        shown = ', '.join(f'{n}: {_at(old, n)!r} there, {_at(new, n)!r} here' for n in bad[:3])
+        shown = ', '.join(f"{k.replace('/', '.')}: {old.get(k)!r} there, {new.get(k)!r} here"
+                          for k in bad[:3])
         more = ', ...' if len(bad) > 3 else ''
         raise ConfigError(f'{str(folder)!r} holds a checkpoint of another run ({shown}{more}); '
                           'choose another log.output_dir, remove the folder, or resume it as it '
                           f'was: tunix-agentic train {folder}')
-
-def _at(d: dict, dotted: str):
-    for k in dotted.split('.'): d = d.get(k) if isinstance(d, dict) else None
-    return d
