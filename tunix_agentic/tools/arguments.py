@@ -6,7 +6,7 @@
 from __future__ import annotations
 import itertools, logging, math, reprlib
 from typing import Any
-import jsonschema
+import functools
 
 # %% auto #0
 __all__ = ['ToolError', 'short', 'truncate_middle', 'validate_arguments']
@@ -50,22 +50,22 @@ def _is_type(v: Any, t: str) -> bool:
     return True
 
 # %% ../../nbs/01_tools/00_arguments.ipynb #b4f1ab57
-_Base = jsonschema.Draft202012Validator
-
-def _type_kw(validator, types, instance, schema):
-    "`type` with OpenAPI's `nullable` and with unknown type names let through."
-    if instance is None and schema.get('nullable'): return
-    if not any(_is_type(instance, t) for t in ([types] if isinstance(types, str) else types)):
-        yield jsonschema.ValidationError(f'{instance!r} is not of type {types!r}')
-
-def _enum_kw(validator, enum, instance, schema):
-    if instance is None and schema.get('nullable'): return
-    yield from _Base.VALIDATORS['enum'](validator, enum, instance, schema)
-
-_checker = _Base.TYPE_CHECKER.redefine_many({t: (lambda c, v, t=t: _is_type(v, t))
-                                             for t in _JSON_TYPES})
-_Validator = jsonschema.validators.extend(_Base, {'type': _type_kw, 'enum': _enum_kw},
-                                          type_checker=_checker)
+@functools.cache
+def _validator():
+    "The `jsonschema` validator class with our `type` and `enum` (built on first use)."
+    import jsonschema  # here, not at import: with its format extras it takes a second to import
+    base = jsonschema.Draft202012Validator
+    def type_kw(validator, types, instance, schema):  # OpenAPI's `nullable`; unknown names pass
+        if instance is None and schema.get('nullable'): return
+        if not any(_is_type(instance, t) for t in ([types] if isinstance(types, str) else types)):
+            yield jsonschema.ValidationError(f'{instance!r} is not of type {types!r}')
+    def enum_kw(validator, enum, instance, schema):
+        if instance is None and schema.get('nullable'): return
+        yield from base.VALIDATORS['enum'](validator, enum, instance, schema)
+    checker = base.TYPE_CHECKER.redefine_many({t: (lambda c, v, t=t: _is_type(v, t))
+                                               for t in _JSON_TYPES})
+    return jsonschema.validators.extend(base, {'type': type_kw, 'enum': enum_kw},
+                                        type_checker=checker)
 
 # %% ../../nbs/01_tools/00_arguments.ipynb #02896ff5
 _MUST = {'minimum': 'be >= {}', 'maximum': 'be <= {}', 'exclusiveMinimum': 'be > {}',
@@ -81,7 +81,8 @@ def _where(path) -> str:
     return repr(path[0]) + ''.join(f'[{p!r}]' for p in list(path)[1:])
 
 # %% ../../nbs/01_tools/00_arguments.ipynb #86869633
-def _messages(e: jsonschema.ValidationError, top: bool) -> list[str]:
+def _messages(e,  # a `jsonschema.ValidationError`
+              top: bool) -> list[str]:
     "What one `jsonschema` error says to the model: where, what was expected, what came."
     at, v, want, kw = _where(e.absolute_path), e.instance, e.validator_value, e.validator
     if kw == 'required': return [f'{at}: {k!r} is required' for k in want if k not in v]
@@ -133,7 +134,7 @@ def validate_arguments(value: Any,  # the arguments
     if top and schema.get('type') == 'object' and 'additionalProperties' not in schema:
         schema = {**schema, 'additionalProperties': False}
     try:
-        errs = list(itertools.islice(_Validator(schema).iter_errors(value), 10))
+        errs = list(itertools.islice(_validator()(schema).iter_errors(value), 10))
         errs.sort(key=lambda e: e.validator != 'required')  # what is missing first
         msgs = [m for e in errs for m in _messages(e, top)]
     except RecursionError: return ['arguments are nested too deeply to check']
