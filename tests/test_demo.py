@@ -50,7 +50,10 @@ def test_run_seeds_tiny(tmp_path):
         assert 0 <= s['heldout_success_before_rl'] <= 1 and 0 <= s['heldout_success_after_rl'] <= 1
         out = tmp_path / f"seed_{s['seed']}"
         assert (out / 'demo.png').stat().st_size > 1000
-        assert json.loads((out / 'summary.json').read_text())['config']['grpo']['steps'] == 1
+        saved = json.loads((out / 'summary.json').read_text())
+        assert saved['config']['grpo']['steps'] == 1
+        c = saved['compilation']  # every program compiled here or loaded from the JAX cache
+        assert c['compiled'] + c['loaded'] > 10 and c['compiled_s'] >= 0 and len(c['slowest']) <= 5
         assert list((out / 'grpo' / 'rollouts').glob('step_*.jsonl'))
         assert 'held-out success' in format_summary(s)
     assert (tmp_path / 'seeds.png').stat().st_size > 1000
@@ -65,3 +68,6 @@ def test_rerun_prints_the_same_numbers(tmp_path):
     a, b = quick('a').train(), quick('b').train()
     for k in ('diagnosis_before_rl', 'diagnosis_after_rl', 'grpo_train_success', 'sft_final_loss'):
         assert json.dumps(a[k]) == json.dumps(b[k]), k  # (an untrained run's accuracies can be NaN)
+    # the same shapes: the second run of the process compiles nothing the first did not
+    assert a['compilation']['compiled'] + a['compilation']['loaded'] > 10
+    assert b['compilation']['compiled'] <= a['compilation']['compiled']

@@ -11,7 +11,8 @@ from typing import Sequence
 import numpy as np
 from ..learn.losses import LossConfig
 from ..learn.trainer import Trainer, TrainerConfig
-from ..learn.loop import OnlineLoop, LoopConfig, MetricSinks, read_metrics, latest_per_step
+from ..learn.loop import (OnlineLoop, LoopConfig, MetricSinks, read_metrics,
+                                      latest_per_step, CompileLog)
 from ..rollout.dumps import DumpWriter
 from .config import (RunConfig, ConfigError, load_config, to_yaml, preflight,
                                       lock_run_folder, check_resumable)
@@ -252,6 +253,7 @@ def _train(self: Run) -> dict:
     (self.out / 'config.yaml').write_text(to_yaml(c))
     self.sinks = MetricSinks(self.out, c.log.tensorboard, c.log.wandb_project, config=c.to_dict())
     pool = None  # the evaluation beside GRPO; shut down in `finally` if GRPO fails
+    compiles = CompileLog().start()  # what XLA compiled (or loaded from the cache), for the summary
     try:
         if resuming: before, greedy_before = self._read_before()
         else:
@@ -272,11 +274,13 @@ def _train(self: Run) -> dict:
         for e in (engine, frozen, self._eval_engine): e is not None and e.close()
         model_dir = self.save() if c.checkpoint.save_hf else None
     finally:
+        compiles.stop()
         if pool: pool.shutdown(wait=False, cancel_futures=True)
         if c.workers.kind != 'none' and self._loop is not None: self._loop.collector.close()
         self.sinks.close(); self.sinks = None
     self.times['total_s'] = time.perf_counter() - t0
     s = self._summary(before, after, greedy_before, greedy_after, records, plot, model_dir)
+    s['compilation'] = compiles.summary()
     (self.out / 'summary.json').write_text(json.dumps(s, indent=2))
     return s
 Run.train = _train

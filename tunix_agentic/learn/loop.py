@@ -4,7 +4,7 @@
 
 # %% ../../nbs/07_learn/03_loop.ipynb #c7ae6104
 from __future__ import annotations
-import asyncio, concurrent.futures, dataclasses, json, logging, math, time
+import asyncio, concurrent.futures, dataclasses, json, logging, math, threading, time
 from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
@@ -21,7 +21,7 @@ _log = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['rollout_metrics', 'LOOP_PANELS', 'run_coro', 'LoopConfig', 'read_metrics', 'latest_per_step', 'save_metrics_plot',
-           'MetricSinks', 'read_tb_scalars', 'OnlineLoop']
+           'MetricSinks', 'read_tb_scalars', 'CompileLog', 'OnlineLoop']
 
 # %% ../../nbs/07_learn/03_loop.ipynb #e759fa5b
 @dataclass(frozen=True, kw_only=True)
@@ -127,6 +127,40 @@ def read_tb_scalars(folder: str | Path) -> dict[str, list[tuple[int, float]]]:
             for v in ev.summary.value:
                 out.setdefault(v.tag, []).append((ev.step, round(v.simple_value, 3)))
     return out
+
+# %% ../../nbs/07_learn/03_loop.ipynb #61e95b37
+class CompileLog:
+    "XLA compilations while open: `(program, 'compiled' | 'loaded', seconds, thread)` each."
+    def __init__(self):
+        self.events: list[tuple[str, str, float, str]] = []
+        self._hit = threading.local()  # a persistent-cache hit precedes its event on its thread
+    def _on_event(self, event: str, **kw):
+        if event == '/jax/compilation_cache/cache_hits': self._hit.flag = True
+    def _on_duration(self, event: str, secs: float, fun_name: str = '', **kw):
+        if event != '/jax/core/compile/backend_compile_duration': return
+        loaded, self._hit.flag = getattr(self._hit, 'flag', False), False
+        self.events.append((fun_name, 'loaded' if loaded else 'compiled', secs,
+                            threading.current_thread().name))
+    def start(self) -> CompileLog:
+        import jax
+        jax.monitoring.register_event_listener(self._on_event)
+        jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+        return self
+    def stop(self):
+        import jax
+        jax.monitoring.unregister_event_listener(self._on_event)
+        jax.monitoring.unregister_event_duration_listener(self._on_duration)
+    def __enter__(self) -> CompileLog: return self.start()
+    def __exit__(self, *exc): self.stop()
+    def compiled(self) -> list[str]: return [f for f, how, *_ in self.events if how == 'compiled']
+    def summary(self) -> dict[str, float]:
+        "Counts and seconds of the programs compiled and of those loaded, and the slowest five."
+        out = {}
+        for how in ('compiled', 'loaded'):
+            xs = [s for _, h, s, _ in self.events if h == how]
+            out[how], out[f'{how}_s'] = len(xs), round(sum(xs), 2)
+        slow = sorted((e for e in self.events if e[1] == 'compiled'), key=lambda e: -e[2])[:5]
+        return {**out, 'slowest': [[f, round(s, 2)] for f, _, s, _ in slow]}
 
 # %% ../../nbs/07_learn/03_loop.ipynb #c8c541eb
 class OnlineLoop:
