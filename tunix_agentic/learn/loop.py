@@ -153,7 +153,7 @@ class CompileLog:
     def __enter__(self) -> CompileLog: return self.start()
     def __exit__(self, *exc): self.stop()
     def compiled(self) -> list[str]: return [f for f, how, *_ in self.events if how == 'compiled']
-    def summary(self) -> dict[str, float]:
+    def summary(self) -> dict:
         "Counts and seconds of the programs compiled and of those loaded, and the slowest five."
         out = {}
         for how in ('compiled', 'loaded'):
