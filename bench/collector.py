@@ -18,6 +18,8 @@ logging_level = os.environ.get('BENCH_LOG', 'ERROR')
 import logging; logging.basicConfig(level=logging_level)
 
 from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
+
+from tunix_agentic.rollout.episode import EpisodeConfig
 from tunix_agentic.envs.environments import EnvGroup, EnvSpec
 from tunix_agentic.engines.engine import ScriptedEngine, SamplingParams
 from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
@@ -45,8 +47,7 @@ def bench_a(tok, n: int, concurrency: int, prefix_check: bool = True) -> dict:
     engine = TimedEngine(tok, SCRIPT)
     envs = EnvGroup({'calc': EnvSpec(env='tool', tools=calculator_tools(), reward_fn='gsm8k',
                                      max_turns=5)})
-    cfg = CollectConfig(max_concurrency=concurrency, max_seq_len=4096, episode_timeout_s=600,
-                        sampling=SamplingParams(max_new_tokens=128), prefix_check=prefix_check)
+    cfg = CollectConfig(max_concurrency=concurrency, episode=EpisodeConfig(max_seq_len=4096, episode_timeout_s=600, sampling=SamplingParams(max_new_tokens=128), prefix_check=prefix_check))
     task = {'task_type': 'calc', 'question': 'What is 12*34+17?', 'answer': '#### 425'}
     TrajectoryCollector(engine, tok, envs, config=cfg).run([task] * 8)  # warm up (templates)
     engine.busy_s = engine.busy_cpu_s = 0.0; engine.batcher.batch_sizes.clear()
@@ -82,7 +83,7 @@ def bench_b(tok, n: int, concurrency: int, seed: int = 0) -> dict:
     engine = TimedEngine(tok, respond)
     envs = EnvGroup({'nap': EnvSpec(env='tool', tools=[FunctionTool.from_function(nap)],
                                     reward_fn='gsm8k', max_turns=5)})
-    cfg = CollectConfig(max_concurrency=concurrency, max_seq_len=4096, episode_timeout_s=600)
+    cfg = CollectConfig(max_concurrency=concurrency, episode=EpisodeConfig(max_seq_len=4096, episode_timeout_s=600))
     tasks = [{'question': f'Nap {a} then {b}.', 'answer': '0'} for a, b in sleeps]
     coll = TrajectoryCollector(engine, tok, envs, config=cfg)
     t0, c0 = time.perf_counter(), time.process_time()

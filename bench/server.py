@@ -29,6 +29,8 @@ import logging; logging.basicConfig(level=os.environ.get('BENCH_LOG', 'CRITICAL'
 import httpx
 
 from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
+
+from tunix_agentic.rollout.episode import EpisodeConfig
 from tunix_agentic.envs.environments import ToolEnvironment
 from tunix_agentic.serve.remote import RemoteCollector
 from tunix_agentic.engines.engine import SamplingParams, ScriptedEngine
@@ -63,8 +65,7 @@ def stop(p):
 
 
 def cfg(concurrency: int) -> CollectConfig:
-    return CollectConfig(max_turns=4, max_seq_len=4096, episode_timeout_s=600,
-                         max_concurrency=concurrency, sampling=SamplingParams(max_new_tokens=128))
+    return CollectConfig(max_concurrency=concurrency, episode=EpisodeConfig(max_seq_len=4096, episode_timeout_s=600, sampling=SamplingParams(max_new_tokens=128)))
 
 
 def timed(collector, n: int) -> tuple[float, int]:
@@ -78,7 +79,7 @@ def timed(collector, n: int) -> tuple[float, int]:
 
 
 def bench_a(tok, url: str, n: int, concurrency: int) -> dict:
-    env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_turns=5)
+    env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_turns=4)
     out = {}
     for c, k in ((1, max(n // 4, 10)), (concurrency, n)):
         local_s, turns = timed(TrajectoryCollector(ScriptedEngine(tok, SCRIPT), tok, env_fn,

@@ -225,6 +225,7 @@ def ours_collector(spec: dict):
     sys.path.insert(0, str(ROOT))
     from tunix_agentic.envs.agents import ToolAgent
     from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
+    from tunix_agentic.rollout.episode import EpisodeConfig
     from tunix_agentic.envs.environments import EnvGroup, EnvSpec
     from tunix_agentic.engines.engine import BaseEngine, GenerateOutput, SamplingParams
     from tunix_agentic.tools.base import FunctionTool
@@ -267,8 +268,7 @@ def ours_collector(spec: dict):
     envs = EnvGroup({'calc': EnvSpec(env='tool', tools=[tool], reward_fn='gsm8k', max_turns=10)})
     mc = n if spec['concurrency'] == 'all' else int(spec['concurrency'])
     kw = {} if spec['prefix_check'] is None else {'prefix_check': spec['prefix_check']}
-    cfg = CollectConfig(max_concurrency=mc, max_seq_len=8192, episode_timeout_s=1800,
-                        sampling=SamplingParams(max_new_tokens=128), **kw)
+    cfg = CollectConfig(max_concurrency=mc, **kw, episode=EpisodeConfig(max_seq_len=8192, episode_timeout_s=1800, sampling=SamplingParams(max_new_tokens=128)))
     return TrajectoryCollector(InstantEngine(), tok, envs, config=cfg,
                                agent_fn=lambda task: ToolAgent(system_prompt=SYSTEM_PROMPT))
 

@@ -6,6 +6,7 @@ import pytest
 from tunix_agentic.chat.encoder import response_spans as spans
 from tunix_agentic.rollout.workers import multiply_solver
 from tunix_agentic.rollout.collector import CollectConfig, EpisodeState, TrajectoryCollector, derive_seed
+from tunix_agentic.rollout.episode import EpisodeConfig
 from tunix_agentic.rollout.dumps import DumpWriter, load_step
 from tunix_agentic.envs.environments import EnvGroup, EnvSpec, ToolEnvironment
 from tunix_agentic.engines.engine import BaseEngine, GenerateOutput, ScriptedEngine, SamplingParams
@@ -120,7 +121,7 @@ def test_groups_share_the_seeded_reset():
 def test_over_size_ends_cleanly_with_max_length(room, turns, truncated):
     Tracked.live.clear()
     make = lambda n: TrajectoryCollector(ScriptedEngine(TOK, SCRIPT), TOK, calc_group(extra_tools=[Tracked()]),
-                                         config=CollectConfig.tiny(group_size=2, max_seq_len=n))
+                                         config=CollectConfig.tiny(group_size=2, episode=EpisodeConfig.tiny(max_seq_len=n)))
     prompt_len = make(4096).run([TASK])[0].prompt_len
     coll = make(prompt_len + room)
     for t in coll.run([TASK]):
@@ -133,16 +134,18 @@ def test_over_size_ends_cleanly_with_max_length(room, turns, truncated):
 
 
 @pytest.mark.timeout(60)
-def test_max_turns_from_env_and_from_config():
-    coll = TrajectoryCollector(ScriptedEngine(TOK, CALL_FOREVER), TOK, calc_group(max_turns=3),
-                               config=CollectConfig.tiny(group_size=2, max_turns=10))
-    for t in coll.run([TASK]):  # the env's budget (3)
-        assert (t.status, t.metrics['turns'], t.metrics['tool_calls']) == (S.MAX_TURNS, 3, 3)
-        assert len(spans(t.response_mask)) == 3 and t.input_ids[-1] == TOK.convert_tokens_to_ids('<|im_end|>')
-    coll = TrajectoryCollector(ScriptedEngine(TOK, CALL_FOREVER), TOK, calc_group(max_turns=8),
-                               config=CollectConfig.tiny(group_size=1, max_turns=2))
-    [t] = coll.run([TASK])  # the engine's budget (2)
-    assert (t.status, t.metrics['turns']) == (S.MAX_TURNS, 2)
+def test_max_turns_is_the_envs():
+    "One turn budget, the environment's: 3 here, and 8 is not capped by any episode config."
+    for budget in (3, 8):
+        coll = TrajectoryCollector(ScriptedEngine(TOK, CALL_FOREVER), TOK, calc_group(max_turns=budget),
+                                   config=CollectConfig.tiny(group_size=2))
+        for t in coll.run([TASK]):
+            assert (t.status, t.metrics['turns'], t.metrics['tool_calls']) == (S.MAX_TURNS, budget, budget)
+            assert len(spans(t.response_mask)) == budget
+            assert t.input_ids[-1] == TOK.convert_tokens_to_ids('<|im_end|>')
+            assert t.steps[-1].status == S.MAX_TURNS and t.steps[0].status is None
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_turns'"):
+        CollectConfig.tiny(max_turns=2)
 
 
 class SlowEngine(ScriptedEngine):
@@ -155,12 +158,12 @@ class SlowEngine(ScriptedEngine):
 def test_timeout_status_from_slow_model_and_slow_tool():
     Tracked.live.clear()
     coll = TrajectoryCollector(SlowEngine(TOK, SCRIPT), TOK, calc_group(extra_tools=[Tracked()]),
-                               config=CollectConfig.tiny(group_size=2, episode_timeout_s=0.1))
+                               config=CollectConfig.tiny(group_size=2, episode=EpisodeConfig.tiny(episode_timeout_s=0.1)))
     for t in coll.run([TASK]):
         assert t.status == S.TIMEOUT and 'exceeded' in t.error
     slow_tool = ['<tool_call>\n{"name": "tracked", "arguments": {}}\n</tool_call>']
     coll = TrajectoryCollector(ScriptedEngine(TOK, slow_tool), TOK, calc_group(extra_tools=[Tracked(5.0)]),
-                               config=CollectConfig.tiny(group_size=3, episode_timeout_s=0.2))
+                               config=CollectConfig.tiny(group_size=3, episode=EpisodeConfig.tiny(episode_timeout_s=0.2)))
     t0 = time.monotonic()
     trajs = coll.run([TASK])
     assert time.monotonic() - t0 < 4.0
@@ -233,7 +236,7 @@ def test_routing_mixed_task_types_and_dumping(tmp_path):
 
 def test_config_validation_and_seeds():
     with pytest.raises(ValueError, match='max_concurrency'): CollectConfig(max_concurrency=0)
-    with pytest.raises(ValueError, match='episode_timeout_s'): CollectConfig(episode_timeout_s=0)
+    with pytest.raises(ValueError, match='episode_timeout_s'): CollectConfig(episode=EpisodeConfig(episode_timeout_s=0))
     assert derive_seed(1, 'g0', 0) == derive_seed(1, 'g0', 0) != derive_seed(1, 'g0', 1)
 
 
@@ -252,8 +255,7 @@ def test_real_jax_sampler_token_in_token_out():
             return outs
     engine = Recording(model, cfg, tok)
     coll = TrajectoryCollector(engine, tok, calc_group(max_turns=2),
-                               config=CollectConfig.tiny(group_size=2, max_seq_len=1024,
-                                                            sampling=SamplingParams(max_new_tokens=12)))
+                               config=CollectConfig.tiny(group_size=2, episode=EpisodeConfig.tiny(max_seq_len=1024, sampling=SamplingParams(max_new_tokens=12))))
     trajs = coll.run([TASK])
     assert len(trajs) == 2
     for t in trajs:
@@ -282,7 +284,7 @@ def test_step_rewards_final_reward_and_discounted_returns():
     coll = TrajectoryCollector(ScriptedEngine(TOK, [pay, pay, '#### 425']), TOK,
                                calc_group(extra_tools=[Paying()]),
                                final_reward_fn=lambda task, traj: 0.5,
-                               config=CollectConfig.tiny(group_size=1, gamma=0.5))
+                               config=CollectConfig.tiny(group_size=1, episode=EpisodeConfig.tiny(gamma=0.5)))
     [t] = coll.run([TASK])
     assert t.status == S.DONE
     assert [s.reward for s in t.steps] == [0.25, 0.25, 1.5]  # tool rewards; answer 1.0 + final 0.5
@@ -309,7 +311,7 @@ def test_rollout_data_dir_dumps_each_step(tmp_path):
 @pytest.mark.timeout(60)
 def test_prompt_longer_than_max_seq_len():
     coll = TrajectoryCollector(ScriptedEngine(TOK, SCRIPT), TOK, calc_group(),
-                               config=CollectConfig.tiny(group_size=1, max_seq_len=100))
+                               config=CollectConfig.tiny(group_size=1, episode=EpisodeConfig.tiny(max_seq_len=100)))
     [t] = coll.run([TASK])
     assert t.status == S.MAX_LENGTH and 'max_seq_len is 100' in t.error
     assert len(t.input_ids) == t.prompt_len == 100 and sum(t.response_mask) == 0
@@ -337,16 +339,16 @@ def test_property_trajectories_are_token_exact(script, room, max_turns, group):
     "Any mix of calls, bad calls and answers under any budget: the invariants the learner relies on."
     Tracked.live.clear()
     engine = ScriptedEngine(TOK, script)
-    envs = calc_group(max_turns=5, extra_tools=[Tracked()])
+    envs = calc_group(max_turns=max_turns, extra_tools=[Tracked()])
     prompt_len = TrajectoryCollector(engine, TOK, envs, config=CollectConfig.tiny(group_size=1)) \
         .run([TASK])[0].prompt_len
-    cfg = CollectConfig.tiny(group_size=group, max_turns=max_turns, max_seq_len=prompt_len + room)
+    cfg = CollectConfig.tiny(group_size=group, episode=EpisodeConfig.tiny(max_seq_len=prompt_len + room))
     trajs = TrajectoryCollector(engine, TOK, envs, config=cfg).run([TASK])
     im_end = TOK.convert_tokens_to_ids('<|im_end|>')
     for t in trajs:
         assert t.status in (S.DONE, S.MAX_TURNS, S.MAX_LENGTH) and t.error is None, (t.status, t.error)
         n = len(t.input_ids)
-        assert n == len(t.response_mask) == len(t.logprobs) and n <= cfg.max_seq_len
+        assert n == len(t.response_mask) == len(t.logprobs) and n <= cfg.episode.max_seq_len
         assert t.response_mask[:t.prompt_len] == [0] * t.prompt_len
         assert all(lp == (-0.5 if m else 0.0) for lp, m in zip(t.logprobs, t.response_mask))
         runs = spans(t.response_mask)

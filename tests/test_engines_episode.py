@@ -15,6 +15,7 @@ from flax import nnx
 
 from tunix_agentic.chat.encoder import response_spans as _spans
 from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
+from tunix_agentic.rollout.episode import EpisodeConfig
 from tunix_agentic.models.default import default_model_dir, load_default
 from tunix_agentic.engines.engine import ScriptedEngine, SamplingParams
 from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
@@ -28,8 +29,7 @@ GREEDY = SamplingParams(temperature=0.0, max_new_tokens=64)
 
 def collect(engine, tok):
     coll = TrajectoryCollector(engine, tok, calc_group(),
-                                  config=CollectConfig.tiny(group_size=1, sampling=GREEDY,
-                                                            episode_timeout_s=600.0))  # slow CI
+                                  config=CollectConfig.tiny(group_size=1, episode=EpisodeConfig.tiny(sampling=GREEDY, episode_timeout_s=600.0)))  # slow CI
     [t] = coll.run([TASK])
     return t
 

@@ -49,7 +49,7 @@ class Script(ScriptedEngine):
         return await super().agenerate(prompt_ids, params)
 
 
-def envs(): return calc_group()
+def envs(max_turns=5): return calc_group(max_turns)
 
 
 def strip(x):
@@ -60,14 +60,14 @@ def strip(x):
     return x
 
 
-def both(script, cfg, final=None, typed=False, logprob=-0.5):
+def both(script, cfg, final=None, typed=False, logprob=-0.5, max_turns=5):
     "The same episode through the collector and through the stepper's driver."
-    coll = TrajectoryCollector(Script(TOK, script, logprob=logprob), TOK, envs(), config=cfg,
+    coll = TrajectoryCollector(Script(TOK, script, logprob=logprob), TOK, envs(max_turns), config=cfg,
                                final_reward_fn=final)
     ref = run_async(coll.collect(TASK, env_seed=11))
-    d = EpisodeDriver(TOK, None if typed else Script(TOK, script, logprob=logprob), cfg,
+    d = EpisodeDriver(TOK, None if typed else Script(TOK, script, logprob=logprob), cfg.episode,
                       final_reward_fn=final)
-    t = run_async(d.reset(envs().make(TASK), TASK, seed=11,
+    t = run_async(d.reset(envs(max_turns).make(TASK), TASK, seed=11,
                           sampling_seed=ref.metrics['sampling_seed'], episode_id=ref.episode_id))
     while not d.done:
         t = run_async(d.step(text=script[min(d.turn, len(script) - 1)] if typed else None))
@@ -77,7 +77,7 @@ def both(script, cfg, final=None, typed=False, logprob=-0.5):
 def check_equal(ref, t, typed=False):
     a, b = strip(ref.to_dict()), strip(t.to_dict())
     if typed:  # a typed step says so; nothing was sampled, so no policy version
-        for s in b['steps']: s['info'].pop('source', None)
+        for s in b['steps']: s['source'] = 'policy'
         a['metrics'].pop('policy_version_last'); b['metrics'].pop('policy_version_last')
     for k in ('input_ids', 'response_mask', 'logprobs', 'prompt_len', 'messages', 'status', 'reward',
               'error', 'metrics', 'steps', 'episode_id', 'env_name', 'task'):
@@ -92,9 +92,9 @@ def check_equal(ref, t, typed=False):
        max_new_tokens=st.sampled_from([12, 40, 256]), final=st.sampled_from(list(FINAL)))
 def test_collector_and_stepper_agree_on_random_scripts(script, max_turns, max_seq_len,
                                                        max_new_tokens, final):
-    cfg = CollectConfig.tiny(group_size=1, max_turns=max_turns, max_seq_len=max_seq_len,
-                             sampling=SamplingParams(max_new_tokens=max_new_tokens))
-    ref, t, states, d = both(script, cfg, FINAL[final])
+    cfg = CollectConfig.tiny(group_size=1, episode=EpisodeConfig.tiny(
+        max_seq_len=max_seq_len, sampling=SamplingParams(max_new_tokens=max_new_tokens)))
+    ref, t, states, d = both(script, cfg, FINAL[final], max_turns=max_turns)
     check_equal(ref, t)
     assert d.status_history == states  # the same visible states, the final one included
     assert t.status.is_terminal
@@ -106,11 +106,11 @@ def test_collector_and_stepper_agree_on_random_scripts(script, max_turns, max_se
        max_turns=st.integers(1, 5), max_seq_len=st.sampled_from([510, 530, 600, 1024]))
 def test_typed_turns_are_the_scripted_policys_turns(script, max_turns, max_seq_len):
     "A person typing the script gives the collector's episode (logprob 0.0: nothing was sampled)."
-    cfg = CollectConfig.tiny(group_size=1, max_turns=max_turns, max_seq_len=max_seq_len,
-                             sampling=SamplingParams(max_new_tokens=4096))
-    ref, t, states, d = both(script, cfg, typed=True, logprob=0.0)
+    cfg = CollectConfig.tiny(group_size=1, episode=EpisodeConfig.tiny(
+        max_seq_len=max_seq_len, sampling=SamplingParams(max_new_tokens=4096)))
+    ref, t, states, d = both(script, cfg, typed=True, logprob=0.0, max_turns=max_turns)
+    assert all(s.source == 'human' for s in t.steps)
     check_equal(ref, t, typed=True)
-    assert all(s.info['source'] == 'human' for s in t.steps)
 
 
 SCRIPT = TURNS[0:2] + [TURNS[7]]
@@ -119,7 +119,7 @@ SCRIPT = TURNS[0:2] + [TURNS[7]]
 @pytest.mark.parametrize('max_seq_len', [510, 530])
 def test_max_length_counts_agree(max_seq_len):
     "The case that drifted: at 510 the collector counted parse_errors=1 and the stepper 0."
-    ref, t, _, _ = both(SCRIPT, CollectConfig.tiny(group_size=1, max_seq_len=max_seq_len))
+    ref, t, _, _ = both(SCRIPT, CollectConfig.tiny(group_size=1, episode=EpisodeConfig.tiny(max_seq_len=max_seq_len)))
     check_equal(ref, t)
     cut = max_seq_len == 510  # the first turn is cut (and so unparseable); at 530 the tool answer
     assert ref.status == S.MAX_LENGTH and len(ref.input_ids) <= max_seq_len
@@ -136,7 +136,7 @@ def test_final_reward_fn_applies_in_the_stepper_too():
 @pytest.mark.parametrize('hang_at', [0, 2])
 def test_a_hung_engine_times_out_alike(hang_at):
     script = SCRIPT[:hang_at] + [HANG]
-    ref, t, _, d = both(script, CollectConfig.tiny(group_size=1, episode_timeout_s=2.0))
+    ref, t, _, d = both(script, CollectConfig.tiny(group_size=1, episode=EpisodeConfig.tiny(episode_timeout_s=2.0)))
     assert ref.status == t.status == S.TIMEOUT and ref.error and t.error
     t.error = ref.error  # the collector's clock runs per episode, the stepper's per turn
     check_equal(ref, t)
@@ -146,8 +146,8 @@ def test_a_hung_engine_times_out_alike(hang_at):
 def test_model_output_never_raises():
     "Whatever the engine returns (odd ids, cut mid-token, no stop), the episode goes on or ends."
     from tunix_agentic.envs.agents import ToolAgent
-    cfg = EpisodeConfig.tiny(max_turns=3)
-    ep = Episode(TASK, envs().make(TASK), ToolAgent(), TOK, cfg, env_seed=1)
+    cfg = EpisodeConfig.tiny()
+    ep = Episode(TASK, envs(3).make(TASK), ToolAgent(), None, TOK, cfg, env_seed=1)
     run_async(ep.start())
     for ids in ([], [TOK.convert_tokens_to_ids('<|im_start|>')] * 3, list(range(40)), [10**6]):
         if ep.done: break

@@ -194,6 +194,7 @@ def test_real_gemma3_270m_tool_episode_masks_and_grpo_step(real_gemma, oracle_ma
     from tunix_agentic.tools.builtin import calculator_tools
     from tunix_agentic.chat.encoder import chat_format, mask_runs, response_spans
     from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
+    from tunix_agentic.rollout.episode import EpisodeConfig
     from tunix_agentic.envs.environments import EnvGroup, EnvSpec
     from tunix_agentic.models.gguf_io import gguf_tokenizer
     from tunix_agentic.chat.tokenizer import GEMMA_CHAT_TEMPLATE
@@ -210,8 +211,7 @@ def test_real_gemma3_270m_tool_episode_masks_and_grpo_step(real_gemma, oracle_ma
                                      max_turns=5)})
     sampler = JaxEngine(model, config=JaxEngineConfig(max_batch=1, min_batch_bucket=1,
                                                       min_prompt_bucket=512, min_gen_bucket=32))
-    ccfg = CollectConfig(group_size=1, max_seq_len=1024, drift_policy='warn',
-                         sampling=SamplingParams(temperature=1.0, max_new_tokens=32))
+    ccfg = CollectConfig(group_size=1, episode=EpisodeConfig(max_seq_len=1024, drift_policy='warn', sampling=SamplingParams(temperature=1.0, max_new_tokens=32)))
     schemas = [t.schema for t in calculator_tools()]
     trajs, t0 = [], time.perf_counter()
     for script in (HERMES, HERMES[:2]):   # answer scripted, then sampled

@@ -94,7 +94,7 @@ def test_parser_errors_have_no_invisible_character():
 def test_stepper_goes_on_after_a_call_typed_wrong():
     """Regression (the stepper tutorial): after a typed malformed call, an engine that reads the
     tool results from the prompt did `int()` on the error text; the error text showed `\\u200b`."""
-    from tunix_agentic.rollout.collector import CollectConfig
+    from tunix_agentic.rollout.episode import EpisodeConfig
     from tunix_agentic.ui.stepper import EpisodeStepper
     tok = build_tiny_tokenizer()
     def call(name, a, b):
@@ -105,7 +105,7 @@ def test_stepper_goes_on_after_a_call_typed_wrong():
         if not results: return call('multiply', 12, 34)
         if len(results) == 1: return call('add', results[0], 17)
         return f'#### {results[1]}'
-    s = EpisodeStepper(calc_group(), [CALC_TASK], tok, config=CollectConfig.tiny(group_size=1),
+    s = EpisodeStepper(calc_group(), [CALC_TASK], tok, config=EpisodeConfig.tiny(),
                        engines={'oracle': ScriptedEngine(tok, oracle)})
     s.text_input.value = '<tool_call>\n{"name": "add", "arguments": \n</tool_call>'
     s.send_button.click()

@@ -231,6 +231,7 @@ def test_dump_viewer_reports_torn_line(dump_dir):
 
 # ---------------------------------------------------------------- episode stepper
 from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
+from tunix_agentic.rollout.episode import EpisodeConfig
 from tunix_agentic.rollout.dumps import DumpWriter
 from tunix_agentic.engines.engine import ScriptedEngine, SamplingParams
 from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
@@ -255,13 +256,13 @@ def no_timings(x):
 def stepper(engines='scripted', **kw):
     if engines == 'scripted': engines = {'scripted': ScriptedEngine(TOK, SCRIPT, logprob=-0.75)}
     return EpisodeStepper(group(kw.pop('max_turns', 5)), [TASK, QA], TOK, engines=engines,
-                          config=kw.pop('config', CollectConfig.tiny(group_size=1)), **kw)
+                          config=kw.pop('config', EpisodeConfig.tiny()), **kw)
 
 
 @pytest.mark.timeout(60)
 def test_driver_matches_collector_token_for_token():
     cfg = CollectConfig.tiny(group_size=1)
-    d = EpisodeDriver(TOK, ScriptedEngine(TOK, SCRIPT, logprob=-0.75), cfg)
+    d = EpisodeDriver(TOK, ScriptedEngine(TOK, SCRIPT, logprob=-0.75), cfg.episode)
     run_async(d.reset(group().make(TASK), TASK, seed=11))
     while not d.done: t = run_async(d.step())
     coll = TrajectoryCollector(ScriptedEngine(TOK, SCRIPT, logprob=-0.75), TOK, group(),
@@ -294,7 +295,7 @@ def test_stepper_buttons_chat_and_token_strip():
     assert 'parsed call multiply({&quot;a&quot;: 12, &quot;b&quot;: 34})' in chat
     assert 'tool &middot; multiply' in chat and '>408</pre>' in chat  # tool output
     assert 'reward 0' in chat and '>running<' in s.state_html.value
-    assert 'turn 1/4' in s.state_html.value  # min(config max_turns 4, env max_turns 5)
+    assert 'turn 1/5' in s.state_html.value  # the env's turn budget
     s.step_button.click(); s.step_button.click()
     t = s.trajectory
     assert (t.status, t.reward, t.num_turns) == ('done', 1.0, 3)
@@ -363,14 +364,14 @@ def test_stepper_budgets_and_errors_are_shown_not_raised():
     s.step()  # called anyway: a message, no exception
     assert 'no engine' in s.message.value and s.driver.turn == 0
     # max_turns: one turn allowed, the turn calls a tool
-    s = stepper(config=CollectConfig.tiny(group_size=1, max_turns=1))
+    s = stepper(max_turns=1)
     s.step_button.click()
     assert s.trajectory.status == 'max_turns' and s.step_button.disabled
     s.driver.engine = None
     with pytest.raises(ValueError, match='has ended'): run_async(s.driver.step('x'))
     # max_length: the budget is spent by the first turn
     n = s.driver.history[0].prompt_len
-    s = stepper(config=CollectConfig.tiny(group_size=1, max_seq_len=n + 5))
+    s = stepper(config=EpisodeConfig.tiny(max_seq_len=n + 5))
     s.step_button.click()
     t = s.trajectory
     assert t.status == 'max_length' and len(t.input_ids) <= n + 5
@@ -418,12 +419,13 @@ def test_stepper_with_tiny_model_matches_collector():
     from tunix_agentic.engines.jax_engine import JaxEngine
     model, mcfg, tok = load_default()
     pol = JaxEngine(model, mcfg, tok)
-    cfg = CollectConfig.tiny(group_size=1, max_turns=2, sampling=SamplingParams(max_new_tokens=12))
-    s = EpisodeStepper(group(), [TASK], tok, engines={'tiny': pol}, config=cfg, seed=3)
+    cfg = CollectConfig.tiny(group_size=1, episode=EpisodeConfig.tiny(
+        sampling=SamplingParams(max_new_tokens=12)))
+    s = EpisodeStepper(group(2), [TASK], tok, engines={'tiny': pol}, config=cfg.episode, seed=3)
     while not s.step_button.disabled: s.step_button.click()
     t = s.trajectory
     assert s.message.value == '' and t.num_turns >= 1 and sum(t.response_mask) > 0
-    coll = TrajectoryCollector(pol, tok, group(), config=cfg)
+    coll = TrajectoryCollector(pol, tok, group(2), config=cfg)
     ref = run_async(coll.collect(TASK, env_seed=3, sampling_seed=s.driver.sampling_seed))
     assert (t.input_ids, t.response_mask, t.logprobs, t.status) == \
         (ref.input_ids, ref.response_mask, ref.logprobs, ref.status)
@@ -445,7 +447,7 @@ class SlowOrBroken(ScriptedEngine):
 def test_stepper_timeout_and_engine_error_end_the_episode_and_back_undoes_them():
     pol = SlowOrBroken(TOK, SCRIPT, slow_turn=1)
     # wide margins: the first turn must fit in the budget even on a loaded machine (0.3 s did not)
-    s = stepper(engines={'p': pol}, config=CollectConfig.tiny(group_size=1, episode_timeout_s=4.0))
+    s = stepper(engines={'p': pol}, config=EpisodeConfig.tiny(episode_timeout_s=4.0))
     s.step_button.click()
     assert s.trajectory.status == 'running'
     s.step_button.click()  # sleeps 8 s > 4 s
@@ -470,7 +472,7 @@ def test_stepper_with_env_factories_and_two_engines():
     envs = {'calc3': lambda task: ToolEnvironment(task, tools=calculator_tools(), reward_fn='gsm8k',
                                                   max_turns=3)}
     wrong = ScriptedEngine(TOK, ['#### 1'])
-    s = EpisodeStepper(envs, [TASK], TOK, config=CollectConfig.tiny(group_size=1),
+    s = EpisodeStepper(envs, [TASK], TOK, config=EpisodeConfig.tiny(),
                        engines={'oracle': ScriptedEngine(TOK, SCRIPT), 'wrong': wrong})
     assert s.env_dropdown.options == ('calc3',) and s.driver.max_turns == 3
     s.step_button.click()  # oracle: multiply
@@ -484,7 +486,7 @@ def test_stepper_with_env_factories_and_two_engines():
 def test_stepper_shows_a_failing_reset():
     bad = {'task_type': 'calc', 'prompt_missing': True}
     s = EpisodeStepper(group(), [TASK, bad], TOK, engines={'p': ScriptedEngine(TOK, SCRIPT)},
-                       config=CollectConfig.tiny(group_size=1))
+                       config=EpisodeConfig.tiny())
     s.step_button.click()
     s.task_dropdown.value = 1  # its env cannot start: no question in the task
     assert 'reset failed' in s.message.value and 'question' in s.message.value

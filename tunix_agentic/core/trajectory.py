@@ -135,7 +135,7 @@ class RewardOutput(JsonRecord):
 # %% ../../nbs/00_core/00_trajectory.ipynb #2269b909
 @dataclass
 class Step(JsonRecord):
-    "One turn: model response, parsed action, environment feedback."
+    "One turn: model response, parsed action, environment feedback, and how the turn ended."
     chat_completions: list[dict[str, Any]] = field(default_factory=list)
     thought: str = ''
     action: Action | None = None
@@ -144,8 +144,16 @@ class Step(JsonRecord):
     reward: float = 0.0
     done: bool = False
     mc_return: float = 0.0
-    info: dict[str, Any] = field(default_factory=dict)
-    _nested = {'action': Action}
+    source: str = 'policy'  # who wrote the turn: 'policy' (sampled) or 'human' (typed)
+    finish_reason: str | None = None  # the engine's: 'stop', 'length' or 'abort'
+    tool_calls: int = 0  # tool calls the environment ran this turn
+    tool_errors: int = 0  # of them, the failed ones
+    status: TrajectoryStatus | None = None  # how the episode ended, on the turn that ended it
+    error: str | None = None  # why the turn failed, if it did
+    info: dict[str, Any] = field(default_factory=dict)  # the environment's extras (reward parts)
+    _nested = {'action': Action, 'status': TrajectoryStatus}
+    def __post_init__(self):
+        if self.status is not None: self.status = TrajectoryStatus(self.status)
 
 # %% ../../nbs/00_core/00_trajectory.ipynb #8d187dfa
 @dataclass

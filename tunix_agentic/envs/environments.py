@@ -17,7 +17,7 @@ _log = logging.getLogger(__name__)
 Observation = dict[str, Any]
 
 # %% auto #0
-__all__ = ['Observation', 'ENV_REGISTRY', 'TOOLSETS', 'StepResult', 'as_action', 'BaseEnv', 'as_step_result', 'register_env',
+__all__ = ['Observation', 'ENV_REGISTRY', 'TOOLSETS', 'StepResult', 'ResetResult', 'as_action', 'BaseEnv', 'register_env',
            'resolve_tools', 'env_from_dict', 'ToolEnvironment', 'task_observation', 'SingleTurnEnv', 'EnvSpec',
            'EnvGroup']
 
@@ -34,14 +34,13 @@ class StepResult:
     tool_errors: int = 0  # of them, the failed ones
     info: dict = field(default_factory=dict)  # anything else for the step's record (reward parts)
     def __post_init__(self): self.status = TrajectoryStatus(self.status)
-    def as_info(self) -> dict:
-        "The step record's info: `info`, the tool counts and, once done, the status and error."
-        end = {'status': self.status.value} | ({'error': self.error} if self.error else {})
-        return {**self.info, 'tool_calls': self.tool_calls, 'tool_errors': self.tool_errors,
-                **(end if self.done else {})}
-    def __iter__(self):
-        "Unpacks as the classic `(observation, reward, done, info)`."
-        return iter((self.observation, self.reward, self.done, self.as_info()))
+
+@dataclass
+class ResetResult:
+    "The start of an episode: the first observation, the seed it was drawn with, the tools offered."
+    observation: Observation | str
+    seed: int | None = None
+    tools: list[dict] = field(default_factory=list)  # OpenAI schemas (`BaseEnv.tool_schemas`)
 
 # %% ../../nbs/03_envs/01_environments.ipynb #a69b14bc
 def as_action(action: Action | str | None) -> Action:
@@ -82,14 +81,16 @@ class BaseEnv(ABC):
 
 # %% ../../nbs/03_envs/01_environments.ipynb #24f933f1
 @patch
-async def reset(self: BaseEnv, seed: int | None = None) -> tuple[Observation, dict]:
+async def reset(self: BaseEnv, seed: int | None = None) -> ResetResult:
     "Start an episode; `seed` fixes the task draw and any randomness of the environment."
     await self.close()
     self.seed, self.rng, self.step_count, self.done = seed, random.Random(seed), 0, False
     if callable(self.task_source): self.task = dict(self.task_source(self.rng))
-    out = await self._reset()
-    obs, info = out if isinstance(out, tuple) else (out, {})  # `(obs, info)` still accepted
-    return obs, {'seed': seed, 'tools': self.tool_schemas, **info}
+    obs = await self._reset()
+    if not isinstance(obs, (dict, str)):
+        raise TypeError(f'{type(self).__name__}._reset must return the first observation (a dict '
+                        f'or a str), got {type(obs).__name__}')
+    return ResetResult(obs, seed, self.tool_schemas)
 
 @patch
 async def step(self: BaseEnv, action: Action | str) -> StepResult:
@@ -97,7 +98,7 @@ async def step(self: BaseEnv, action: Action | str) -> StepResult:
     if self.done:
         return _failed(f'{self.name}: step() called after the episode ended; call reset() first')
     self.step_count += 1
-    try: res = as_step_result(await self._step(as_action(action)))
+    try: res = _checked(await self._step(as_action(action)), self)
     except Exception as e:
         _log.warning('%s.step failed: %r', self.name, e)
         res = _failed(f'{type(e).__name__}: {e}')
@@ -108,14 +109,11 @@ def _failed(err: str) -> StepResult:
     obs = {'tool_outputs': [ToolOutput(name='environment', error=err)]}
     return StepResult(obs, 0.0, True, status='error', error=err)
 
-def as_step_result(out: StepResult | tuple) -> StepResult:
-    "A `StepResult` from a result or a classic `(observation, reward, done, info)` tuple."
-    if isinstance(out, StepResult): return out
-    obs, reward, done, info = out
-    info = dict(info or {})
-    return StepResult(obs, reward, done, status=info.pop('status', 'done'),
-                      error=info.pop('error', None), tool_calls=int(info.pop('tool_calls', 0)),
-                      tool_errors=int(info.pop('tool_errors', 0)), info=info)
+def _checked(res: Any, env: BaseEnv) -> StepResult:
+    "`res` if it is a `StepResult`; a `TypeError` naming what `_step` returned otherwise."
+    if isinstance(res, StepResult): return res
+    raise TypeError(f'{type(env).__name__}._step must return a StepResult, '
+                    f'got {type(res).__name__}')
 
 # %% ../../nbs/03_envs/01_environments.ipynb #24f16fbd
 ENV_REGISTRY: dict[str, type[BaseEnv]] = Registry('env')

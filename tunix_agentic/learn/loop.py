@@ -20,8 +20,8 @@ from ..rollout.collector import Collector
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['rollout_metrics', 'LOOP_PANELS', 'run_coro', 'LoopConfig', 'read_metrics', 'latest_per_step', 'save_metrics_plot',
-           'MetricSinks', 'read_tb_scalars', 'CompileLog', 'OnlineLoop']
+__all__ = ['LOOP_PANELS', 'LoopConfig', 'read_metrics', 'latest_per_step', 'save_metrics_plot', 'MetricSinks', 'read_tb_scalars',
+           'CompileLog', 'OnlineLoop']
 
 # %% ../../nbs/07_learn/03_loop.ipynb #e759fa5b
 @dataclass(frozen=True, kw_only=True)
@@ -51,9 +51,6 @@ class LoopConfig:
     @classmethod
     def tiny(cls, **kw) -> LoopConfig:
         return cls(**{'steps': 2, 'tasks_per_step': 2, 'progress': False, **kw})
-
-# %% ../../nbs/07_learn/03_loop.ipynb #2fa372d8
-rollout_metrics = step_metrics  # the old name of `rollout.metrics.step_metrics`
 
 # %% ../../nbs/07_learn/03_loop.ipynb #5ca1b10a
 def read_metrics(path: str | Path) -> list[dict]:
@@ -212,7 +209,7 @@ def train_on(self: OnlineLoop, step: int, trajs: list[Trajectory], extra: dict) 
     m = self.trainer.update(self.trainer.batch_from(trajs, 'grpo'), 'grpo')
     t_train = time.perf_counter() - t0
     t_push = self.push_weights()
-    rec = {'step': step, **rollout_metrics(trajs, self.success_threshold), **m,
+    rec = {'step': step, **step_metrics(trajs, self.success_threshold), **m,
            'episodes': len(trajs), 'max_staleness_trained': max(stale, default=0),
            'dropped_stale': self.dropped_stale, 'policy_version': self.trainer.step,
            'time_train_s': t_train, 'time_push_s': t_push, **extra}
@@ -356,9 +353,6 @@ async def arun(self: OnlineLoop, until: int | None = None) -> list[dict]:
     _log.info('loop at step %d: metrics in %s, rollouts in %s', self.next_step, self.metrics_path,
               self.out / 'rollouts')
     return self.records[first:]
-
-# %% ../../nbs/07_learn/03_loop.ipynb #4cdb88ea
-run_coro = run_sync  # the old name of `core.sync.run_sync`, the one sync-over-async helper
 
 # %% ../../nbs/07_learn/03_loop.ipynb #2011f707
 @patch

@@ -26,33 +26,24 @@ _log = logging.getLogger(__name__)
 _S = TrajectoryStatus
 
 # %% ../../nbs/06_rollout/02_collector.ipynb #b3753f2e
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True, kw_only=True)
 class CollectConfig:
     "An `EpisodeConfig` plus concurrency, groups, seeds and dumps of a collection run."
-    episode: EpisodeConfig
+    episode: EpisodeConfig = field(default_factory=EpisodeConfig)  # what each episode gets
     max_concurrency: int = 256  # episodes in flight at once
     group_size: int = 1  # G samples per task (GRPO group); members share the env seed
     seed: int = 0  # base of the env and sampling seeds
     rollout_data_dir: str | None = None  # if set, `collect_many(step=k)` dumps to step_<k>.jsonl
     freeze_gc: bool = True  # `collect_many` keeps the garbage collector off the heap it found
-    def __init__(self, *, episode: EpisodeConfig | None = None, max_concurrency: int = 256,
-                 group_size: int = 1, seed: int = 0, rollout_data_dir: str | None = None,
-                 freeze_gc: bool = True, **episode_fields): # EpisodeConfig fields, given flat
-        try: ep = dataclasses.replace(episode or EpisodeConfig(), **episode_fields)
-        except (TypeError, ValueError) as e: raise type(e)(f'CollectConfig: {e}') from None
-        for k, v in dict(episode=ep, max_concurrency=max_concurrency, group_size=group_size,
-                         seed=seed, rollout_data_dir=rollout_data_dir, freeze_gc=freeze_gc).items():
-            object.__setattr__(self, k, v)
-        for k in ('max_concurrency', 'group_size'):
-            if getattr(self, k) < 1:
-                raise ValueError(f'CollectConfig.{k} must be >= 1, got {getattr(self, k)}')
+    def __post_init__(self):
+        if not isinstance(self.episode, EpisodeConfig):
+            raise TypeError(f'CollectConfig.episode must be an EpisodeConfig, '
+                            f'got {type(self.episode).__name__}')
+        for k, v in (('max_concurrency', self.max_concurrency), ('group_size', self.group_size)):
+            if v < 1: raise ValueError(f'CollectConfig.{k} must be >= 1, got {v}')
     @classmethod
     def tiny(cls, **kw) -> CollectConfig:
         return cls(**{'episode': EpisodeConfig.tiny(), 'group_size': 2, **kw})
-
-for _k in (f.name for f in dataclasses.fields(EpisodeConfig)):  # read flat: config.max_turns
-    setattr(CollectConfig, _k, property(lambda self, k=_k: getattr(self.episode, k),
-                                        doc=f'`episode.{_k}`'))
 
 # %% ../../nbs/06_rollout/02_collector.ipynb #e202015f
 class TrajectoryCollector:
@@ -116,10 +107,10 @@ def _begin(self: TrajectoryCollector, episode_id: str | None, group_id: str,
 def _episode(self: TrajectoryCollector, task: dict, env: BaseEnv | None, agent: BaseAgent | None,
              st: EpisodeState, env_seed: int, sampling_seed: int) -> Episode:
     c = self.config
-    return Episode(task, env, agent, self.tokenizer, c.episode, env_seed=env_seed,
+    return Episode(task, env, agent, self.engine, self.tokenizer, c.episode, env_seed=env_seed,
                    sampling_seed=sampling_seed, episode_id=st.episode_id, group_id=st.group_id,
                    state=st, on_state=self.on_state, fmt=self.chat_format,
-                   check_prefix=checks_prefix(c.prefix_check, st.episode_id, c.seed))
+                   check_prefix=checks_prefix(c.episode.prefix_check, st.episode_id, c.seed))
 
 # %% ../../nbs/06_rollout/02_collector.ipynb #0d6f0bc2
 @patch
@@ -129,36 +120,33 @@ async def collect(self: TrajectoryCollector, task: dict, *,
                   sampling_seed: int | None = None,
                   sink: Callable[[Trajectory], Any] | None = None) -> Trajectory:
     "Run one episode to its end and return its `Trajectory`; never raises (except on cancellation)."
-    c = self.config
     st, env_seed, sampling_seed = self._begin(episode_id, group_id, env_seed, sampling_seed)
-    episode_id = st.episode_id
     # a lockstep engine batches only when every running episode waits on it (reproducible batches)
-    lockstep = getattr(self.engine, 'lockstep', False)
+    lockstep = self.engine.lockstep
     async with self._semaphore():
         with (self.engine.batcher.participant() if lockstep else contextlib.nullcontext()):
-            t0, env, ep, cancelled = time.perf_counter(), None, None, False
-            version = int(getattr(self.engine, 'policy_version', 0))
-            try:
-                env = self._make_env(task)
-                ep = self._episode(task, env, self.agent_fn(task), st, env_seed, sampling_seed)
-                async with asyncio.timeout(c.episode_timeout_s): await ep.play(self.engine)
-            except TimeoutError: ep.end(_S.TIMEOUT, f'episode exceeded {c.episode_timeout_s} s')
-            except asyncio.CancelledError:
-                cancelled = True
-                if ep is not None: ep.end(_S.CANCELLED, 'cancelled')
-            except Exception as e:
-                _log.warning('episode %s failed: %r', episode_id, e, exc_info=True)
-                ep = ep or self._episode(task, env, None, st, env_seed, sampling_seed)
-                ep.end(_S.ERROR, f'{type(e).__name__}: {e}')
-            finally:
-                if ep is not None: await ep.close()
-    if ep is None:
-        ep = self._episode(task, None, None, st, env_seed, sampling_seed)
-        ep.end(_S.CANCELLED)
-    traj = ep.finish(self.final_reward_fn, policy_version=version, total_s=time.perf_counter() - t0)
+            version = int(self.engine.policy_version)
+            ep = self._build(task, st, env_seed, sampling_seed)
+            try: traj = await ep.run(self.final_reward_fn, policy_version=version)
+            except asyncio.CancelledError:  # ended as cancelled: publish it, then cancel on
+                self._publish(ep.finish(self.final_reward_fn, policy_version=version), sink)
+                raise
     self._publish(traj, sink)
-    if cancelled: raise asyncio.CancelledError()
     return traj
+
+@patch
+def _build(self: TrajectoryCollector, task: dict, st: EpisodeState, env_seed: int,
+           sampling_seed: int) -> Episode:
+    "The episode of `task`; one already ended as `error` if its env or agent cannot be built."
+    env = None
+    try:
+        env = self._make_env(task)
+        return self._episode(task, env, self.agent_fn(task), st, env_seed, sampling_seed)
+    except Exception as e:
+        _log.warning('episode %s failed: %r', st.episode_id, e, exc_info=True)
+        ep = self._episode(task, env, None, st, env_seed, sampling_seed)
+        ep.end(_S.ERROR, f'{type(e).__name__}: {e}')
+        return ep
 
 # %% ../../nbs/06_rollout/02_collector.ipynb #f5898f92
 @patch
@@ -241,5 +229,7 @@ class Collector(Protocol):
     async def collect_many(self, tasks: Iterable[dict], *, group_size: int | None = None,
                            step: int | None = None) -> list[Trajectory]: ...
 
-TrajectoryCollector.weights = property(lambda self: self.engine,
-                                       doc='The weights sink: the engine itself.')
+@patch(as_prop=True)
+def weights(self: TrajectoryCollector) -> BaseEngine:
+    "The weights sink: the engine itself."
+    return self.engine

@@ -6,16 +6,19 @@
 from __future__ import annotations
 import asyncio, copy, hashlib, logging, time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 from fastcore.basics import patch
 from ..core.trajectory import Step, Trajectory, TrajectoryStatus, RewardOutput
-from ..engines.engine import GenerateOutput, SamplingParams
+from ..engines.engine import BaseEngine, GenerateOutput, SamplingParams
+from ..envs.environments import BaseEnv
+from ..envs.agents import BaseAgent
 from ..envs.rewards import mc_returns
 from ..chat.encoder import ChatFormat, EpisodeEncoder, chat_format
 from ..chat.tokens import text_decoder
 
 # %% auto #0
-__all__ = ['EpisodeConfig', 'EpisodeState', 'publish', 'derive_seed', 'checks_prefix', 'Request', 'Episode', 'settle_rewards']
+__all__ = ['EpisodeConfig', 'EpisodeState', 'publish', 'derive_seed', 'checks_prefix', 'Request', 'Episode', 'settle_rewards',
+           'deadline']
 
 # %% ../../nbs/06_rollout/00_episode.ipynb #2748ed7e
 _log = logging.getLogger(__name__)
@@ -24,8 +27,7 @@ _S = TrajectoryStatus
 # %% ../../nbs/06_rollout/00_episode.ipynb #57c8f8cf
 @dataclass(frozen=True, kw_only=True)
 class EpisodeConfig:
-    "Budgets, sampling and encoder options of one episode."
-    max_turns: int = 8  # agent turns per episode (the environment's own limit applies too)
+    "Token and time budgets, sampling and encoder options of one episode (turns: the env's)."
     max_seq_len: int = 2048  # prompt + all turns, in tokens
     episode_timeout_s: float = 120.0  # wall clock of an episode (a stepper's: of one turn)
     gamma: float = 1.0  # discount of the Monte Carlo returns
@@ -35,8 +37,8 @@ class EpisodeConfig:
     prefix_check: float = 1.0  # share of finished episodes re-rendered to measure drift (by id)
     chat_template_kwargs: dict | None = None
     def __post_init__(self):
-        for k in ('max_turns', 'max_seq_len'):
-            if getattr(self, k) < 1: raise ValueError(f'{k} must be >= 1, got {getattr(self, k)}')
+        if self.max_seq_len < 1:
+            raise ValueError(f'max_seq_len must be >= 1, got {self.max_seq_len}')
         if self.episode_timeout_s <= 0:
             raise ValueError(f'episode_timeout_s must be > 0, got {self.episode_timeout_s}')
         if not 0 <= float(self.prefix_check) <= 1:
@@ -44,7 +46,7 @@ class EpisodeConfig:
         if not 0 <= self.gamma <= 1: raise ValueError(f'gamma must be in [0, 1], got {self.gamma}')
     @classmethod
     def tiny(cls, **kw) -> EpisodeConfig:
-        return cls(**{'max_turns': 4, 'max_seq_len': 1024, 'episode_timeout_s': 30.0,
+        return cls(**{'max_seq_len': 1024, 'episode_timeout_s': 30.0,
                       'sampling': SamplingParams(max_new_tokens=64), **kw})
 
 # %% ../../nbs/06_rollout/00_episode.ipynb #5e183400
@@ -99,8 +101,9 @@ class Request:
 class Episode:
     "One episode, a turn at a time: env + agent + EpisodeEncoder, budgets, counts, status."
     def __init__(self, task: dict, # the task row
-                 env: Any, # a fresh `envs.BaseEnv` (None: the episode failed before it had one)
-                 agent: Any, # a `agents.BaseAgent`, e.g. `ToolAgent()`
+                 env: BaseEnv | None, # a fresh environment (None: it could not be built)
+                 agent: BaseAgent | None, # e.g. `ToolAgent()` (None: it could not be built)
+                 engine: BaseEngine | None, # samples the turns (None: typed turns only)
                  tokenizer, # the tokenizer whose chat template renders the episode
                  config: EpisodeConfig, # budgets, sampling, encoder options
                  *, env_seed: int | None = 0, # the env's reset seed (a GRPO group shares it)
@@ -111,6 +114,7 @@ class Episode:
                  fmt: ChatFormat | None = None, # `chat_format(tokenizer)`, if the caller has it
                  check_prefix: bool | None = None): # None: `checks_prefix(config.prefix_check, id)`
         self.task, self.env, self.agent, self.tokenizer = task, env, agent, tokenizer
+        self.engine = engine
         self.config, self.env_seed, self.sampling_seed = config, env_seed, sampling_seed
         self.episode_id, self.group_id, self.on_state = episode_id, group_id, on_state
         self.check_prefix = (checks_prefix(config.prefix_check, episode_id)
@@ -118,9 +122,9 @@ class Episode:
         self.fmt = fmt or chat_format(tokenizer)
         self._decode = text_decoder(tokenizer)
         self.stops = tuple(sorted(set(config.sampling.stop_token_ids) | set(self.fmt.end_ids)))
-        self.max_turns = min(config.max_turns, getattr(env, 'max_turns', config.max_turns))
+        self.max_turns = env.max_turns if env is not None else 0  # the env owns the turn budget
         self.state = state or EpisodeState(episode_id, group_id)
-        self.state.env_name = getattr(env, 'name', '')
+        self.state.env_name = env.name if env is not None else ''
         self.enc: EpisodeEncoder | None = None  # holds the conversation, token-exact
         self.steps: list[Step] = []  # one record per model turn
         self.status, self.error = _S.RUNNING, None
@@ -151,7 +155,7 @@ async def start(self: Episode) -> list[int]:
     "Reset the env (seeded) and the agent; encode the first prompt; returns its ids."
     c = self.config
     t = time.perf_counter()
-    obs, _ = await self.env.reset(seed=self.env_seed)
+    obs = (await self.env.reset(seed=self.env_seed)).observation
     self.t_tools += time.perf_counter() - t
     self.agent.reset(task=self.task, tools=self.env.tool_schemas or None)
     self.enc = enc = EpisodeEncoder(
@@ -205,11 +209,11 @@ async def _turn(self: Episode, out: GenerateOutput, source: str, budget: int):
     if out.finish_reason == 'abort':
         return self.end(_S.ERROR, 'the rollout engine aborted the request')
     ids = out.token_ids[:-1] if out.token_ids and out.token_ids[-1] in self.stops else out.token_ids
-    kw = {'finish_reason': out.finish_reason} | ({} if source == 'policy' else {'source': source})
     text = self._decode(ids)
     action, msg = self.agent.parse(text), {'role': 'assistant', 'content': text}
     self.steps.append(step := Step(chat_completions=[msg], thought=action.reasoning or '',
-                                   action=action, model_response=text, info=kw))
+                                   action=action, model_response=text, source=source,
+                                   finish_reason=out.finish_reason))
     enc.add_assistant(out.token_ids, out.logprobs, msg)
     self.counts['parse_errors'] += len(action.parse_errors)
     self.counts['tool_calls'] += len(action.tool_calls)  # calls the model made (run or not)
@@ -223,7 +227,9 @@ async def _turn(self: Episode, out: GenerateOutput, source: str, budget: int):
     self.counts['tool_errors'] += res.tool_errors
     new = self.agent.observe(res.observation)
     step.observation, step.reward, step.done = res.observation, float(res.reward), res.done
-    step.info.update(res.as_info()); step.chat_completions.extend(new)
+    step.tool_calls, step.tool_errors, step.info = res.tool_calls, res.tool_errors, dict(res.info)
+    if res.done: step.status, step.error = res.status, res.error
+    step.chat_completions.extend(new)
     if res.done: return self.end(res.status, res.error)
     if self.turn >= self.max_turns: return self.end(_S.MAX_TURNS)
     n_ids, n_msgs = len(enc.input_ids), len(enc.messages)
@@ -234,14 +240,15 @@ async def _turn(self: Episode, out: GenerateOutput, source: str, budget: int):
 
 # %% ../../nbs/06_rollout/00_episode.ipynb #3e3b5cef
 @patch
-async def sample(self: Episode, engine) -> GenerateOutput | None:
-    "The next turn sampled by `engine` (a `BaseEngine`); None once the episode has ended."
+async def sample(self: Episode) -> GenerateOutput | None:
+    "The next turn sampled by the episode's engine; None once the episode has ended."
     req = self.next_request()
     if req is None: return None
+    if self.engine is None: raise ValueError('this episode has no engine: play typed turns')
     t = time.perf_counter()
-    out = await engine.agenerate(req.prompt_ids, req.params)
+    out = await self.engine.agenerate(req.prompt_ids, req.params)
     self.t_model += time.perf_counter() - t
-    self.version_last = int(getattr(engine, 'policy_version', 0))
+    self.version_last = int(self.engine.policy_version)
     return out
 
 @patch
@@ -339,23 +346,35 @@ def snapshot(self: Episode, policy_version: int = 0) -> Trajectory:
 
 # %% ../../nbs/06_rollout/00_episode.ipynb #4ee691d2
 @patch
-async def play(self: Episode, engine):
-    "Start, then sample from `engine` and advance until the episode ends."
+async def play(self: Episode):
+    "Start, then sample from the engine and advance until the episode ends."
     await self.start()
-    while (out := await self.sample(engine)) is not None: await self.advance(out)
+    while (out := await self.sample()) is not None: await self.advance(out)
+
+async def deadline(coro: Awaitable, limit: float) -> Any:
+    "Await `coro`; `TimeoutError` after `limit` seconds of wall clock."
+    async with asyncio.timeout(limit): return await coro
 
 @patch
-async def run(self: Episode, engine, final_reward_fn: Callable | None = None, *,
-              policy_version: int = 0) -> Trajectory:
-    "Play to the end within `episode_timeout_s`, release the env; the `Trajectory` (never raises)."
+async def run(self: Episode, final_reward_fn: Callable | None = None, *,
+              policy_version: int = 0, # the policy's version when the episode started
+              turn: Callable[[], Awaitable] | None = None, # a driver's one turn; None: to the end
+              within: Callable[[Awaitable, float], Awaitable] = deadline) -> Trajectory | None:
+    "Play within `episode_timeout_s`; failures end the episode; once ended, close and finish it."
     t0, limit = time.perf_counter(), self.config.episode_timeout_s
-    try:
-        async with asyncio.timeout(limit): await self.play(engine)
-    except TimeoutError: self.end(_S.TIMEOUT, f'episode exceeded {limit} s')
-    except asyncio.CancelledError: self.end(_S.CANCELLED, 'cancelled'); raise
+    try:  # (an episode that ended before it started, e.g. without an env, is only finished)
+        if not self.done: await within(turn() if turn is not None else self.play(), limit)
+    except TimeoutError:
+        self.end(_S.TIMEOUT, f'episode exceeded {limit} s' if turn is None
+                 else f'the turn took longer than {limit:g} s')
+    except asyncio.CancelledError:
+        self.end(_S.CANCELLED, 'cancelled')
+        raise
     except Exception as e:
         _log.warning('episode %s failed: %r', self.episode_id, e, exc_info=True)
         self.end(_S.ERROR, f'{type(e).__name__}: {e}')
-    finally: await self.close()
-    return self.finish(final_reward_fn, policy_version=policy_version,
-                       total_s=time.perf_counter() - t0)
+    finally:
+        if self.done: await self.close()
+    if not self.done: return None
+    total_s = time.perf_counter() - t0 if turn is None else None
+    return self.finish(final_reward_fn, policy_version=policy_version, total_s=total_s)

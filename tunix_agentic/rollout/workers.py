@@ -145,6 +145,3 @@ async def collect_many(self: WorkerPool, tasks: Iterable[dict], *,
 def run(self: WorkerPool, tasks: Iterable[dict], **kw) -> list[Trajectory]:
     "Synchronous `collect_many` (a fresh event loop; works inside Jupyter too)."
     return run_sync(self.collect_many(list(tasks), **kw))
-
-# %% ../../nbs/06_rollout/03_workers.ipynb #1c359689
-WorkerPool.engine = property(lambda self: self.weights, doc='The old name of `weights`.')

@@ -11,6 +11,8 @@ from typing import Any
 from fastcore.basics import patch
 from ..core.trajectory import Trajectory, TrajectoryStatus
 from ..rollout.episode import Episode, EpisodeConfig, derive_seed, publish
+from ..engines.engine import BaseEngine
+from ..envs.environments import BaseEnv
 
 _log = logging.getLogger(__name__)
 
@@ -53,16 +55,18 @@ def run_async(coro, timeout: float | None = 300.0) -> Any:
 class EpisodeDriver:
     "One `Episode`, a turn at a time: sampled by an engine or typed; snapshots and Back."
     def __init__(self, tokenizer, # the tokenizer whose chat template renders the episode
-                 engine: Any = None, # a `rollout.BaseEngine`; None: only typed turns
-                 config: EpisodeConfig | None = None, # budgets, sampling (or a config's `.episode`)
+                 engine: BaseEngine | None = None, # samples the turns; None: only typed turns
+                 config: EpisodeConfig | None = None, # budgets, sampling (default: EpisodeConfig())
                  agent_fn: Callable[[dict], Any] | None = None, # task -> agent (`ToolAgent()`)
                  final_reward_fn: Callable | None = None, # the collector's (task, traj) -> reward
                 ):
         from tunix_agentic.envs.agents import ToolAgent
         from tunix_agentic.chat.encoder import chat_format
         self.tokenizer, self.engine, self.final_reward_fn = tokenizer, engine, final_reward_fn
-        config = config or EpisodeConfig()
-        self.config: EpisodeConfig = config if isinstance(config, EpisodeConfig) else config.episode
+        if config is not None and not isinstance(config, EpisodeConfig):
+            raise TypeError(f'config must be an EpisodeConfig (a collector\'s config.episode), '
+                            f'got {type(config).__name__}')
+        self.config: EpisodeConfig = config or EpisodeConfig()
         self.agent_fn = agent_fn or (lambda task: ToolAgent())
         self.chat_format = chat_format(tokenizer)  # end of turn and stop ids (template)
         self.ep: Episode | None = None  # the episode being stepped
@@ -83,10 +87,14 @@ class EpisodeDriver:
     def max_turns(self) -> int: return self.ep.max_turns if self.ep is not None else 0
     @property
     def status_history(self) -> list[str]: return self.ep.state.history if self.ep else []
+    @property
+    def version(self) -> int:
+        "The engine's policy version (0 without an engine)."
+        return int(self.engine.policy_version) if self.engine is not None else 0
 
 # %% ../../nbs/08_ui/02_episode_driver.ipynb #36610abf
 @patch
-async def reset(self: EpisodeDriver, env: Any, # a `envs.BaseEnv` (fresh, or reused: it is reset)
+async def reset(self: EpisodeDriver, env: BaseEnv, # fresh, or reused (it is reset)
                 task: dict, # the task row the env was built for
                 seed: int | None = 0, # the env seed (a GRPO group shares it)
                 sampling_seed: int | None = None, # per-turn sampling seeds derive from it
@@ -96,9 +104,9 @@ async def reset(self: EpisodeDriver, env: Any, # a `envs.BaseEnv` (fresh, or reu
     if self.env is not None and self.env is not env: await self.env.close()
     self.env, self.task, self.seed, self.turns, self.history = env, dict(task), seed, [], []
     self.sampling_seed = derive_seed(seed, 'stepper') if sampling_seed is None else sampling_seed
-    self.ep = Episode(self.task, env, self.agent_fn(self.task), self.tokenizer, self.config,
-                      env_seed=seed, sampling_seed=self.sampling_seed, episode_id=episode_id,
-                      fmt=self.chat_format)
+    self.ep = Episode(self.task, env, self.agent_fn(self.task), self.engine, self.tokenizer,
+                      self.config, env_seed=seed, sampling_seed=self.sampling_seed,
+                      episode_id=episode_id, fmt=self.chat_format)
     publish(self.ep.state, 'pending')
     await self.ep.start()
     if self.ep.done: await self.ep.close()  # the prompt alone fills max_seq_len
@@ -109,9 +117,8 @@ async def reset(self: EpisodeDriver, env: Any, # a `envs.BaseEnv` (fresh, or reu
 def snapshot(self: EpisodeDriver) -> Trajectory:
     "The episode so far as a `Trajectory` (a deep copy: later turns do not change it)."
     if self.ep is None: return Trajectory(task=dict(self.task), status=TrajectoryStatus.PENDING)
-    version = int(getattr(self.engine, 'policy_version', 0))
-    if not self.ep.done: return self.ep.snapshot(policy_version=version)
-    t = copy.deepcopy(self.ep.finish(self.final_reward_fn, policy_version=version))
+    if not self.ep.done: return self.ep.snapshot(policy_version=self.version)
+    t = copy.deepcopy(self.ep.finish(self.final_reward_fn, policy_version=self.version))
     t.metrics = {k: v for k, v in t.metrics.items() if not k.startswith('time_')}
     return t
 
@@ -127,7 +134,9 @@ async def _turn(self: EpisodeDriver, text: str | None, replay: tuple | None):
     if ep.next_request() is None: return  # no tokens left: the episode has ended (max_length)
     if replay is not None: out, source = replay
     elif text is not None: out, source = ep.text_output(text), 'human'
-    else: out, source = await ep.sample(self.engine), 'policy'
+    else:
+        ep.engine = self.engine  # the stepper may have switched engines since the last turn
+        out, source = await ep.sample(), 'policy'
     self.turns.append((out, source))
     await ep.advance(out, source)
 
@@ -191,20 +200,12 @@ async def step(self: EpisodeDriver, text: str | None = None, # a typed assistant
         raise ValueError(f'the episode has ended ({self.status.value}); reset or step back')
     if text is None and _replay is None and self.engine is None:
         raise ValueError('this driver has no engine: type the assistant turn (text=...)')
-    n, limit = self.turn, self.config.episode_timeout_s
-    try: await within(self._turn(text, _replay), limit)  # JAX compile time not counted
-    except TimeoutError: self._fail(n, 'timeout', f'the turn took longer than {limit:g} s')
-    except Exception as e:
-        _log.warning('stepper turn failed: %r', e, exc_info=True)
-        self._fail(n, 'error', f'{type(e).__name__}: {e}')
-    if self.done: await self.ep.close()
+    n = self.turn
+    await self.ep.run(self.final_reward_fn, policy_version=self.version, within=within,
+                      turn=lambda: self._turn(text, _replay))  # JAX compile time not counted
+    if self.ep.status in (TrajectoryStatus.TIMEOUT, TrajectoryStatus.ERROR) and self.turn == n:
+        self.turns.append((None, 'failed'))  # a placeholder, so that `back` can undo the turn
     return self._record()
-
-@patch
-def _fail(self: EpisodeDriver, n: int, status: str, error: str):
-    "End the episode after a failed turn; the turn keeps a placeholder so `back` can undo it."
-    if self.turn == n: self.turns.append((None, 'failed'))
-    self.ep.end(status, error)
 
 # %% ../../nbs/08_ui/02_episode_driver.ipynb #daff6b2f
 @patch

@@ -58,8 +58,8 @@ def _step_html(step: Step) -> str:
     a = step.action or Action()
     parts = [_badge(f'reward {step.reward:g}', '#37474f')]
     if step.done: parts.append(_badge('done', '#2e7d32'))
-    if step.info.get('source') == 'human': parts.append(_badge('typed by a person', '#00838f'))
-    if step.info.get('finish_reason') == 'length':
+    if step.source == 'human': parts.append(_badge('typed by a person', '#00838f'))
+    if step.finish_reason == 'length':
         parts.append(_badge('cut at max tokens', '#ef6c00'))
     parts += [_badge(f'parse error: {e}', '#c62828') for e in a.parse_errors]
     return f'<div class="ta-step" style="margin-top:3px">{"".join(parts)}</div>'
@@ -188,7 +188,7 @@ def _metrics_html(metrics: Mapping) -> str:
 
 def typed_flags(traj: Trajectory) -> list[int]:
     "1 for each token a person typed: the k-th run of mask-1 tokens is the k-th step's turn."
-    human = [s.info.get('source') == 'human' for s in traj.steps]
+    human = [s.source == 'human' for s in traj.steps]
     out, k, prev = [], -1, 0
     for m in traj.response_mask:
         if m and not prev: k += 1

@@ -13,6 +13,8 @@ from fastcore.basics import patch
 from ..core.trajectory import Trajectory, TrajectoryStatus
 from .render import Shows, esc, render_chat, render_tokens, status_badge, typed_flags
 from .episode_driver import EpisodeDriver, run_async
+from ..envs.environments import EnvGroup
+from ..rollout.episode import EpisodeConfig
 
 _log = logging.getLogger(__name__)
 
@@ -32,7 +34,7 @@ class EpisodeStepper(Shows):
                  tasks: Sequence[dict], # task rows
                  tokenizer, # the chat tokenizer (also decodes the token strip)
                  engines: Any = None, # `BaseEngine`, `{name: BaseEngine}`, None (typing only)
-                 config: Any = None, # a `rollout.EpisodeConfig` (budgets and sampling)
+                 config: EpisodeConfig | None = None, # budgets and sampling of each episode
                  agent_fn: Callable[[dict], Any] | None = None, # task -> agent
                  seed: int = 0, # the env seed of the first episode
                  max_tokens: int = 4096): # cut long token strips
@@ -43,7 +45,7 @@ class EpisodeStepper(Shows):
         if isinstance(engines, BaseEngine): engines = {type(engines).__name__: engines}
         self.engines: dict[str, Any] = dict(engines or {})
         self.driver = EpisodeDriver(tokenizer, None, config, agent_fn)
-        names = list(getattr(envs, 'names', None) or envs)
+        names = envs.names if isinstance(envs, EnvGroup) else list(envs)
         self.env_dropdown = W.Dropdown(options=names, description='env')
         self.task_dropdown = W.Dropdown(options=[], description='task',
                                         layout=W.Layout(width='60%'))
