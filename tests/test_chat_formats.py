@@ -96,7 +96,7 @@ def test_episode_golden_masks(style, oracle_mask):
 def test_stepper_matches_collector(style):
     parser, script = CASES[style][:2]
     tok, coll, ref = collect(style)
-    d = EpisodeDriver(tok, ScriptedEngine(tok, script, logprob=-0.25), config(),
+    d = EpisodeDriver(tok, ScriptedEngine(tok, script, logprob=-0.25), config().episode,
                       agent_fn=lambda task: ToolAgent(parser_name=parser))
     run_async(d.reset(envs().make(TASK), TASK, seed=ref.metrics['env_seed']))
     while not d.done: t = run_async(d.step())

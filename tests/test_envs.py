@@ -39,16 +39,16 @@ async def test_tool_env_multi_turn_calculator_and_release():
     CountingTool.live.clear()
     env = ToolEnvironment({'question': 'What is 12*34+17?', 'answer': '#### 425'},
                           calculator_tools() + [CountingTool()], 'gsm8k', max_turns=5)
-    obs, info = await env.reset(seed=3)
-    assert obs == {'question': 'What is 12*34+17?'} and info['seed'] == 3
-    assert [t['function']['name'] for t in info['tools']] == ['add', 'subtract', 'multiply', 'divide', 'count']
-    obs, r, done, info = await env.step(Action(tool_calls=[ToolCall('multiply', {'a': 12, 'b': 34}),
-                                                           ToolCall('count', {})]))
-    assert [o.to_text() for o in obs['tool_outputs']] == ['408', 'counted']
-    assert (r, done, info['tool_calls'], info['tool_errors']) == (0.25, False, 2, 0)
+    start = await env.reset(seed=3)
+    assert start.observation == {'question': 'What is 12*34+17?'} and start.seed == 3
+    assert [t['function']['name'] for t in start.tools] == ['add', 'subtract', 'multiply', 'divide', 'count']
+    res = await env.step(Action(tool_calls=[ToolCall('multiply', {'a': 12, 'b': 34}),
+                                            ToolCall('count', {})]))
+    assert [o.to_text() for o in res.observation['tool_outputs']] == ['408', 'counted']
+    assert (res.reward, res.done, res.tool_calls, res.tool_errors) == (0.25, False, 2, 0)
     assert len(CountingTool.live) <= 1
-    obs, r, done, info = await env.step(Action(content='#### 425'))
-    assert (r, done, info['status']) == (1.0, True, 'done')
+    res = await env.step(Action(content='#### 425'))
+    assert (res.reward, res.done, res.status) == (1.0, True, 'done')
     await env.close(); await env.close()  # idempotent
     assert CountingTool.live == set()
 
@@ -58,10 +58,10 @@ async def test_tool_env_multi_turn_calculator_and_release():
 async def test_step_never_raises():
     env = ToolEnvironment({'question': 'q', 'answer': '1'}, calculator_tools(), 'gsm8k', max_turns=3)
     await env.reset(seed=0)
-    obs, r, done, info = await env.step(Action(tool_calls=[ToolCall('divide', {'a': 1, 'b': 0})]))
-    assert not done and info['tool_errors'] == 1 and obs['tool_outputs'][0].error
-    obs, r, done, info = await env.step(Action(tool_calls=[ToolCall('nope', {'x': 1})]))
-    assert not done and info['tool_errors'] == 1
+    res = await env.step(Action(tool_calls=[ToolCall('divide', {'a': 1, 'b': 0})]))
+    assert not res.done and res.tool_errors == 1 and res.observation['tool_outputs'][0].error
+    res = await env.step(Action(tool_calls=[ToolCall('nope', {'x': 1})]))
+    assert not res.done and res.tool_errors == 1
     class Exploding:
         schemas = []
         def session(self, tools_kwargs=None): raise RuntimeError('no sessions today')
@@ -71,10 +71,10 @@ async def test_step_never_raises():
     def crash(task, action): raise ValueError('reward bug')
     env2 = SingleTurnEnv({'question': 'q', 'answer': 'a'}, crash)
     await env2.reset()
-    obs, r, done, info = await env2.step('a')
-    assert (r, done, info['status']) == (0.0, True, 'error') and 'reward bug' in info['error']
-    obs, r, done, info = await env2.step('again')  # after the end: still no exception
-    assert info['status'] == 'error'
+    res = await env2.step('a')
+    assert (res.reward, res.done, res.status) == (0.0, True, 'error') and 'reward bug' in res.error
+    res = await env2.step('again')  # after the end: still no exception
+    assert res.status == 'error'
 
 
 @pytest.mark.asyncio
@@ -82,7 +82,7 @@ async def test_step_never_raises():
 async def test_seeded_reset_same_episode_for_a_group():
     async def question(seed):
         env = ToolEnvironment(arithmetic, calculator_tools(), 'gsm8k')
-        obs, _ = await env.reset(seed=seed)
+        obs = (await env.reset(seed=seed)).observation
         await env.close()
         return obs['question'], env.task['answer']
     group = await asyncio.gather(*[question(11) for _ in range(4)])
@@ -118,10 +118,10 @@ async def test_tools_kwargs_reach_stateful_tools():
                           [Gsm8kTool()], reward_fn=None, max_turns=3)
     await env.reset(seed=0)
     name = env.tool_schemas[0]['function']['name']
-    obs, r, done, info = await env.step(Action(tool_calls=[ToolCall(name, {'answer': '7'})]))
-    obs, r2, done, info = await env.step(Action(content='7'))
+    await env.step(Action(tool_calls=[ToolCall(name, {'answer': '7'})]))
+    res = await env.step(Action(content='7'))
     await env.close()
-    assert done and info['tools'] and r2 == sum(info['tools'].values())
+    assert res.done and res.info['tools'] and res.reward == sum(res.info['tools'].values())
 
 
 def test_agent_parses_and_observes():

@@ -335,7 +335,7 @@ def test_stepper_typed_turns_reset_and_env_switch():
     s.text_input.value = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 2}}\n</tool_call>'
     s.send_button.click()
     t = s.trajectory
-    assert s.text_input.value == '' and t.steps[0].info['source'] == 'human'
+    assert s.text_input.value == '' and t.steps[0].source == 'human'
     assert 'typed by a person' in s.chat_html.value and 'parsed call add' in s.chat_html.value
     a, b = spans(t.response_mask)[0]
     typed = TOK.encode(t.steps[0].model_response, add_special_tokens=False)
