@@ -1474,6 +1474,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                                                                                                              'tunix_agentic/rollout/collector.py'),
                                                  'tunix_agentic.rollout.collector.TrajectoryCollector._make_env': ( '06_rollout/collector.html#trajectorycollector._make_env',
                                                                                                                     'tunix_agentic/rollout/collector.py'),
+                                                 'tunix_agentic.rollout.collector.TrajectoryCollector._play': ( '06_rollout/collector.html#trajectorycollector._play',
+                                                                                                                'tunix_agentic/rollout/collector.py'),
                                                  'tunix_agentic.rollout.collector.TrajectoryCollector._publish': ( '06_rollout/collector.html#trajectorycollector._publish',
                                                                                                                    'tunix_agentic/rollout/collector.py'),
                                                  'tunix_agentic.rollout.collector.TrajectoryCollector._semaphore': ( '06_rollout/collector.html#trajectorycollector._semaphore',

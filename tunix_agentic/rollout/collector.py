@@ -125,14 +125,20 @@ async def collect(self: TrajectoryCollector, task: dict, *,
     lockstep = self.engine.lockstep
     async with self._semaphore():
         with (self.engine.batcher.participant() if lockstep else contextlib.nullcontext()):
-            version = int(self.engine.policy_version)
-            ep = self._build(task, st, env_seed, sampling_seed)
-            try: traj = await ep.run(self.final_reward_fn, policy_version=version)
-            except asyncio.CancelledError:  # ended as cancelled: publish it, then cancel on
-                self._publish(ep.finish(self.final_reward_fn, policy_version=version), sink)
-                raise
+            traj = await self._play(task, st, env_seed, sampling_seed, sink)
     self._publish(traj, sink)
     return traj
+
+@patch
+async def _play(self: TrajectoryCollector, task: dict, st: EpisodeState, env_seed: int,
+                sampling_seed: int, sink: Callable | None) -> Trajectory:
+    "Play the episode here, through `Episode.run` (a `RemoteCollector` plays it elsewhere)."
+    version = int(self.engine.policy_version)
+    ep = self._build(task, st, env_seed, sampling_seed)
+    try: return await ep.run(self.final_reward_fn, policy_version=version)
+    except asyncio.CancelledError:  # it ended as cancelled: publish it, then cancel on
+        self._publish(ep.finish(self.final_reward_fn, policy_version=version), sink)
+        raise
 
 @patch
 def _build(self: TrajectoryCollector, task: dict, st: EpisodeState, env_seed: int,
