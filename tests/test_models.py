@@ -7,7 +7,8 @@ import jax, jax.numpy as jnp
 from flax import nnx
 from safetensors.numpy import load_file as np_load
 
-from tunix_agentic.models.qwen2 import ModelConfig, Qwen2, KVCache, load_hf, save_hf, hf_state_dict
+from tunix_agentic.models.decoder import KVCache, hf_state_dict
+from tunix_agentic.models.qwen2 import ModelConfig, Qwen2, load_hf, save_hf
 
 
 def np_forward(sd: dict, hf: dict, tokens: np.ndarray,

@@ -138,7 +138,7 @@ def save_gguf(model: Gemma3, cfg: Gemma3Config, path: str | os.PathLike, *, quan
 
 def hf_state_dict_np(model: Gemma3) -> dict[str, np.ndarray]:
     "The model's params as HF-named float32 numpy arrays."
-    from tunix_agentic.models.qwen2 import hf_state_dict
+    from tunix_agentic.models.decoder import hf_state_dict
     return {k: np.asarray(v, np.float32) for k, v in hf_state_dict(model).items()}
 
 # %% ../../nbs/04_models/04_gguf_io.ipynb #e2b5d083
