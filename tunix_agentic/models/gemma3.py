@@ -221,7 +221,8 @@ def __call__(self: Gemma3, tokens_bt: jax.Array, positions_bt: jax.Array | None 
         kv = None if cache is None else (cache.k[i], cache.v[i])
         pkv = None if prefix is None else (prefix.k[i][0], prefix.v[i][0])
         x, (k, v) = layer(x, positions_bt, mask_bts, kpos_bs, kv, start, pkv)
-        ks.append(k); vs.append(v)
+        ks.append(k)
+        vs.append(v)
     x = self.norm(x)
     logits = self.embed_tokens.attend(x) if cfg.tie_word_embeddings else self.lm_head(x)
     if cfg.final_logit_softcapping:
@@ -271,7 +272,8 @@ def save_hf(model: Gemma3, cfg: Gemma3Config, path: str | os.PathLike, *,
             dtype: str | None = None) -> Path:
     "Save `model` as an HF checkpoint dir: `config.json` + `model.safetensors`."
     from safetensors.numpy import save_file
-    path = Path(path); path.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
     hfc = cfg.to_hf_config()
     if dtype: hfc['torch_dtype'] = dtype
     (path / 'config.json').write_text(json.dumps(hfc, indent=2))

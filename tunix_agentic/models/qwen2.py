@@ -162,7 +162,8 @@ class Qwen2(nnx.Module):
             kv = None if cache is None else (cache.k[i], cache.v[i])
             pkv = None if prefix is None else (prefix.k[i][0], prefix.v[i][0])
             x, (k, v) = layer(x, positions_bt, mask_bts, kv, start, pkv)
-            ks.append(k); vs.append(v)
+            ks.append(k)
+            vs.append(v)
         x = self.norm(x)
         if self.cfg.tie_word_embeddings: logits = self.embed_tokens.attend(x)
         else: logits = self.lm_head(x)
@@ -207,7 +208,8 @@ def save_hf(model: Qwen2, cfg: ModelConfig, path: str | os.PathLike, *, dtype: s
             max_shard_bytes: int | None = None) -> Path:
     "Save `model` as an HF checkpoint dir: config.json + safetensors (sharded if big)."
     from safetensors.flax import save_file
-    path = Path(path); path.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
     hfc = cfg.to_hf_config()
     if dtype: hfc['torch_dtype'] = dtype
     (path / 'config.json').write_text(json.dumps(hfc, indent=2))
@@ -217,12 +219,15 @@ def save_hf(model: Qwen2, cfg: ModelConfig, path: str | os.PathLike, *, dtype: s
     for k in sorted(sd):
         nb = sd[k].size * sd[k].dtype.itemsize
         if cur and max_shard_bytes and size + nb > max_shard_bytes:
-            shards.append(cur); cur, size = {}, 0
-        cur[k] = sd[k]; size += nb
+            shards.append(cur)
+            cur, size = {}, 0
+        cur[k] = sd[k]
+        size += nb
     shards.append(cur)
     meta = {'format': 'pt'}
     if len(shards) == 1:
-        save_file(shards[0], str(path / 'model.safetensors'), metadata=meta); return path
+        save_file(shards[0], str(path / 'model.safetensors'), metadata=meta)
+        return path
     wmap, n = {}, len(shards)
     for i, sh in enumerate(shards):
         fn = f'model-{i + 1:05d}-of-{n:05d}.safetensors'
