@@ -50,8 +50,8 @@ def test_documented_names_are_listed():
         text = p.read_text()
         if p.suffix == '.ipynb':
             text = '\n'.join(''.join(c['source']) for c in json.loads(text)['cells'])
-        for m in re.finditer(r'from tunix_agentic import \(?([\w\s,]+)\)?', text):
-            used |= {n.strip() for n in m.group(1).split(',') if n.strip()}
+        for m in re.finditer(r'^\s*from tunix_agentic import (?:\(([^)]*)\)|([\w, ]+))', text, re.M):
+            used |= {n.strip() for n in (m.group(1) or m.group(2)).split(',') if n.strip()}
     used -= {'__version__'}
     assert {'FunctionTool', 'TrajectoryCollector', 'JaxEngine', 'Trainer'} <= used  # README's example
     assert used <= set(PUBLIC), f'imported from the top but not listed: {sorted(used - set(PUBLIC))}'
