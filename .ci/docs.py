@@ -85,8 +85,8 @@ def module_map() -> str:
     out = ['---', 'title: Module map', 'description: Every notebook, the module it exports, and what it '
            'holds, in the order data flows.', '---', '',
            'Each notebook in `nbs/` exports one module of `tunix_agentic/`; a module imports only modules',
-           'above it (`.ci/house.py` checks this). Every public name is also importable from the top:',
-           '`from tunix_agentic import Trajectory`. Written by `python .ci/docs.py --module-map`.', '']
+           'above it (`.ci/house.py` checks this). The public names (06_package lists them) also import',
+           'from the top: `from tunix_agentic import Trajectory`. Written by `python .ci/docs.py --module-map`.', '']
     folder = None
     for nb_path in sorted((ROOT / 'nbs').glob('[0-9]*/[0-9]*.ipynb')):
         cells = json.loads(nb_path.read_text(encoding='utf-8'))['cells']

@@ -6,9 +6,11 @@ two notebooks of one folder (or two folders) sharing a number prefix; a module d
 a whole sentence; a logger listed in `__all__`; a module over 400 lines; a line over 100 columns in
 exported code (nbdev's own `__all__` lines and lines of verbatim string data aside); fewer than 70%
 of exported cells followed at once by an example or a check, or a median exported cell over 15 code
-lines. Prints the figures either way.
+lines; with --semicolons, on statements joined by `;` in exported code (counted with `tokenize`; the
+count per module is printed either way, and `.ci/split_semicolons.py` rewrites a notebook's export
+cells without them). Prints the figures either way.
 
-Usage: python .ci/house.py [--per-notebook]
+Usage: python .ci/house.py [--per-notebook] [--semicolons]
 """
 import ast, io, json, re, statistics, sys, tokenize
 from collections import defaultdict
@@ -146,6 +148,16 @@ def check_modules(mods: dict[str, Path]) -> dict[str, list]:
             f'exported lines over {MAX_COLUMNS} columns': long_lines}
 
 
+def semicolons(mods: dict[str, Path]) -> list[str]:
+    "`module: n` for each module with statements joined by `;` (an OP token; strings aside)."
+    out = []
+    for name, path in mods.items():
+        toks = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+        n = sum(1 for t in toks if t.type == tokenize.OP and t.string == ';')
+        if n: out.append((n, name))
+    return [f'{name}: {n}' for n, name in sorted(out, reverse=True)]
+
+
 def rhythm(per_notebook: bool) -> tuple[float, float, list[str]]:
     total = followed = 0; lengths = []
     for p in notebooks():
@@ -174,6 +186,12 @@ def main(argv: list[str]) -> int:
     found = {**check_imports(mods, order), 'duplicated notebook prefixes': check_prefixes(),
              **check_modules(mods)}
     found['notebook rhythm'] = rhythm('--per-notebook' in argv)[2]
+    joined = semicolons(mods)
+    if '--semicolons' in argv: found['modules with `;`-joined statements'] = joined
+    else:  # reported, not failed, until the notebooks have been through .ci/split_semicolons.py
+        total = sum(int(j.rsplit(': ', 1)[1]) for j in joined)
+        print(f'semicolons: {total} in {len(joined)} modules (a failure with --semicolons)')
+        for j in joined: print(f'       {j}')
     folders = sorted({n.split('.')[1] for n in mods if n.count('.') >= 2})
     print(f'house: {len(mods)} modules in {len(folders)} folders ({", ".join(folders)}), '
           f'{sum(len(p.read_text().splitlines()) for p in mods.values())} lines')

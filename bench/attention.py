@@ -13,7 +13,7 @@ p = argparse.ArgumentParser()
 p.add_argument('--iters', type=int, default=10)
 a = p.parse_args()
 
-def dense(q, k, v, mask):  # what `models.attend` computes off the CPU backend
+def dense(q, k, v, mask):  # what `decoder.attend` computes off the CPU backend
     s = jnp.einsum('btkgd,bskd->bkgts', q, k, preferred_element_type=jnp.float32) / math.sqrt(q.shape[-1])
     p = jax.nn.softmax(jnp.where(mask[:, None, None], s, jnp.finfo(jnp.float32).min), -1)
     return jnp.einsum('bkgts,bskd->btkgd', p, v, preferred_element_type=jnp.float32)

@@ -15,7 +15,7 @@ import numpy as np
 from flax import nnx
 
 from tunix_agentic.models.default import default_model_dir, load_default
-from tunix_agentic.models.qwen2 import KVCache
+from tunix_agentic.models.decoder import KVCache
 from tunix_agentic.engines.engine import SamplingParams
 from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
 

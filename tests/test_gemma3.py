@@ -8,7 +8,7 @@ import jax, jax.numpy as jnp
 from flax import nnx
 
 from tunix_agentic.models.gemma3 import Gemma3, Gemma3Config, from_state_dict, load_hf, save_hf
-from tunix_agentic.models.qwen2 import hf_state_dict
+from tunix_agentic.models.decoder import hf_state_dict
 from tunix_agentic.engines.engine import BaseEngine, GenerateOutput, SamplingParams, as_params_list
 from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
 

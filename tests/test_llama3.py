@@ -172,7 +172,7 @@ def test_sglang_serves_llama3_parity_and_swap(tmp_path):
 @pytest.mark.timeout(600)
 def test_real_shaped_sharded_round_trip(tmp_path):
     "Llama 3.2-1B's widths (128k tied vocabulary, 32/8 heads of 64) with 2 layers, bf16, sharded."
-    from tunix_agentic.models.qwen2 import hf_state_dict
+    from tunix_agentic.models.decoder import hf_state_dict
     cfg = Llama3Config.llama3p2_1b(num_layers=2)
     model = Qwen2(cfg, rngs=nnx.Rngs(0))
     save_hf(model, cfg, tmp_path, max_shard_bytes=200 * 2**20)
@@ -192,7 +192,7 @@ def test_real_shaped_sharded_round_trip(tmp_path):
 
 def test_bf16_config_written_by_transformers_loads_bf16(tmp_path):
     "transformers 4.57 writes `dtype`, not `torch_dtype`: a bf16 Llama must load bf16 (issue 30)."
-    from tunix_agentic.models.qwen2 import hf_state_dict
+    from tunix_agentic.models.decoder import hf_state_dict
     from test_models import _transformers_rewrite
     cfg = Llama3Config.tiny(vocab_size=300)
     save_hf(_randomize(Qwen2(cfg, rngs=nnx.Rngs(0))), cfg, tmp_path, dtype='bfloat16')

@@ -1,5 +1,5 @@
-"""Parity of the NNX Qwen2/Qwen3 model against an independent float64 numpy forward, and HF
-safetensors round-trips (single file, sharded, bf16)."""
+"""Parity of the NNX Qwen2/Qwen3 model against an independent float64 numpy forward, HF
+safetensors round-trips (single file, sharded, bf16), and each family a `decoder.DecoderModel`."""
 import json
 import numpy as np
 import pytest
@@ -7,7 +7,11 @@ import jax, jax.numpy as jnp
 from flax import nnx
 from safetensors.numpy import load_file as np_load
 
-from tunix_agentic.models.qwen2 import ModelConfig, Qwen2, KVCache, load_hf, save_hf, hf_state_dict
+from tunix_agentic.models.decoder import (DecoderConfig, DecoderModel, KVCache, check_decoder,
+                                          hf_state_dict)
+from tunix_agentic.models.gemma3 import Gemma3, Gemma3Config
+from tunix_agentic.models.llama3 import Llama3Config
+from tunix_agentic.models.qwen2 import ModelConfig, Qwen2, load_hf, save_hf
 
 
 def np_forward(sd: dict, hf: dict, tokens: np.ndarray,
@@ -203,3 +207,30 @@ def test_sliding_window_refused_by_name(tmp_path, arch):
         Cfg(**kw, **extra).save_pretrained(tmp_path)
         c = ModelConfig.from_hf_config(json.loads((tmp_path / 'config.json').read_text()))
         assert (c.arch, c.num_layers) == (arch, 2)
+
+
+
+FAMILIES = {  # each family's tiny model
+    'qwen2': lambda: Qwen2(ModelConfig.tiny(), rngs=nnx.Rngs(0)),
+    'qwen3': lambda: Qwen2(ModelConfig.tiny(arch='qwen3', qkv_bias=False, qk_norm=True),
+                           rngs=nnx.Rngs(0)),
+    'llama3': lambda: Qwen2(Llama3Config.tiny(), rngs=nnx.Rngs(0)),
+    'gemma3': lambda: Gemma3(Gemma3Config.tiny(), rngs=nnx.Rngs(0)),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize('family', list(FAMILIES))
+def test_each_family_is_a_decoder_model(family):
+    "The protocol's shape, and its contract: a cached forward in two pieces gives the full logits."
+    model = FAMILIES[family]()
+    assert isinstance(model, DecoderModel) and check_decoder(model) is model
+    assert isinstance(model.cfg, DecoderConfig)
+    toks = jnp.array([[3, 1, 4, 1, 5, 9]])
+    full = model(toks)
+    assert full.shape == (1, 6, model.cfg.vocab_size)
+    cache = KVCache.init(model.cfg, 1, 8)
+    lg1, cache = model(toks[:, :4], jnp.arange(4)[None], cache)
+    lg2, cache = model(toks[:, 4:], 4 + jnp.arange(2)[None], cache)
+    assert int(cache.index) == 6
+    np.testing.assert_allclose(jnp.concatenate([lg1, lg2], 1), full, atol=1e-4)

@@ -14,7 +14,7 @@ import numpy as np
 from fastcore.basics import patch
 from flax import nnx
 
-from ..models.qwen2 import KVCache, ModelConfig, Qwen2
+from ..models.decoder import DecoderConfig, DecoderModel, KVCache
 from ..chat.tokens import common_prefix_len
 from .prefix_cache import PrefixCache
 from .engine import BaseEngine, GenerateOutput, SamplingParams, as_params_list
@@ -165,8 +165,8 @@ class JaxEngineConfig:
 # %% ../../nbs/05_engines/02_jax_engine.ipynb #ff117bd5
 class JaxEngine(BaseEngine):
     "Vanilla JAX rollout engine over a shared NNX model."
-    def __init__(self, model: Qwen2, # the learner's model (held, not copied)
-                 cfg: ModelConfig | None = None, # defaults to `model.cfg`
+    def __init__(self, model: DecoderModel, # the learner's model (held, not copied)
+                 cfg: DecoderConfig | None = None, # defaults to `model.cfg`
                  tokenizer=None, # optional; only for `decode` convenience
                  config: JaxEngineConfig | None = None):
         self.cfg = cfg or model.cfg
@@ -224,7 +224,7 @@ def _take_past(self: JaxEngine, state, prompts: list[list[int]]) -> list:
         self._kv_weights = [weakref.ref(x) for x in leaves]
     return self.prefix_cache.take(prompts)
 
-def _past_arrays(hits: list, b: int, cfg: ModelConfig, lo: int):
+def _past_arrays(hits: list, b: int, cfg: DecoderConfig, lo: int):
     "The hits' keys/values, `[layers, b, c, kv_heads, head_dim]` (`c` bucketed), and lengths."
     c = _bucket(max(h[0] for h in hits if h), lo)
     shape = (cfg.num_layers, b, c, cfg.num_kv_heads, cfg.head_dim)

@@ -126,29 +126,21 @@ def read_tb_scalars(folder: str | Path) -> dict[str, list[tuple[int, float]]]:
     return out
 
 # %% ../../nbs/07_learn/03_loop.ipynb #61e95b37
+from ..core.compiles import Compilation, compile_events
+
 class CompileLog:
     "XLA compilations while open: `(program, 'compiled' | 'loaded', seconds, thread)` each."
-    def __init__(self):
-        self.events: list[tuple[str, str, float, str]] = []
-        self._hit = threading.local()  # a persistent-cache hit precedes its event on its thread
-    def _on_event(self, event: str, **kw):
-        if event == '/jax/compilation_cache/cache_hits': self._hit.flag = True
-    def _on_duration(self, event: str, secs: float, fun_name: str = '', **kw):
-        if event != '/jax/core/compile/backend_compile_duration': return
-        loaded, self._hit.flag = getattr(self._hit, 'flag', False), False
-        self.events.append((fun_name, 'loaded' if loaded else 'compiled', secs,
-                            threading.current_thread().name))
+    def __init__(self): self._source, self._span = None, (0, 0)
     def start(self) -> CompileLog:
-        import jax
-        jax.monitoring.register_event_listener(self._on_event)
-        jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+        self._source = compile_events()
+        self._span = (len(self._source.programs), None)
         return self
-    def stop(self):
-        import jax
-        jax.monitoring.unregister_event_listener(self._on_event)
-        jax.monitoring.unregister_event_duration_listener(self._on_duration)
+    def stop(self): self._span = (self._span[0], len(self._source.programs))
     def __enter__(self) -> CompileLog: return self.start()
     def __exit__(self, *exc): self.stop()
+    @property
+    def events(self) -> list[Compilation]:
+        return [] if self._source is None else self._source.programs[slice(*self._span)]
     def compiled(self) -> list[str]: return [f for f, how, *_ in self.events if how == 'compiled']
     def summary(self) -> dict:
         "Counts and seconds of the programs compiled and of those loaded, and the slowest five."

@@ -20,7 +20,7 @@ from .losses import (LossConfig, get_advantage_fn, ppo_clip_loss, masked_ce,
                                         token_mean, overlong_filter)
 from .memory import policy_logprobs, with_state_dtype
 from .sharding import ShardingConfig, shard_tree, shard_batch
-from ..models.qwen2 import KVCache
+from ..models.decoder import DecoderModel, KVCache
 from ..chat.tokens import common_prefix_len
 _log = logging.getLogger(__name__)
 from ..core.registry import Registry
@@ -220,7 +220,7 @@ _copy_tree = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
 # %% ../../nbs/07_learn/02_trainer.ipynb #5a86c891
 class Trainer:
     "SFT and GRPO updates of an NNX model, with checkpoints."
-    def __init__(self, model: nnx.Module, cfg: TrainerConfig, *, mesh=None,
+    def __init__(self, model: DecoderModel, cfg: TrainerConfig, *, mesh=None,
                  donate_model: bool = False): # updates may free `model`'s arrays (it is ours)
         self.cfg, self.mesh = cfg, mesh
         self.graphdef, params, self.rest = nnx.split(model, nnx.Param, ...)
@@ -239,7 +239,7 @@ class Trainer:
     @params.setter
     def params(self, params: nnx.State): self._params, self._own = params, False
     @property
-    def model(self) -> nnx.Module:
+    def model(self) -> DecoderModel:
         "The current policy as an NNX module (shares the trainer's arrays)."
         return nnx.merge(self.graphdef, self.params, self.rest)
     def __repr__(self): return f'Trainer(step={self.step}, micro_batches={self.cfg.micro_batches})'

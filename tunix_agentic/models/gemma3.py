@@ -4,7 +4,7 @@
 
 # %% ../../nbs/04_models/02_gemma3.ipynb #b6a91035
 from __future__ import annotations
-import dataclasses, json, logging, math, os
+import json, logging, math, os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +13,8 @@ import numpy as np
 from fastcore.basics import patch
 from flax import nnx
 
-from .qwen2 import KVCache, attend, rope, hf_param_names, hf_state_dict, DTYPES, safetensors_files
+from .decoder import (DecoderConfig, KVCache, attend, hf_param_names,
+    hf_state_dict, rope, safetensors_files)
 
 _log = logging.getLogger(__name__)
 
@@ -23,14 +24,9 @@ __all__ = ['Gemma3Config', 'GemmaRMSNorm', 'Gemma3Attention', 'Gemma3MLP', 'Gemm
 
 # %% ../../nbs/04_models/02_gemma3.ipynb #3b5f55db
 @dataclass(frozen=True, kw_only=True)
-class Gemma3Config:
+class Gemma3Config(DecoderConfig):
     "Shape and numerics of a Gemma 3 text decoder."
-    vocab_size: int = 512
-    hidden_size: int = 128
-    intermediate_size: int = 256
     num_layers: int = 3
-    num_heads: int = 2
-    num_kv_heads: int = 1
     head_dim: int = 64
     query_pre_attn_scalar: float = 64.0  # scores are scaled by query_pre_attn_scalar ** -0.5
     layer_types: tuple = ('sliding_attention', 'sliding_attention', 'full_attention')
@@ -38,39 +34,20 @@ class Gemma3Config:
     rope_theta: float = 1_000_000.0       # global layers
     rope_local_theta: float = 10_000.0    # sliding-window layers
     rope_scaling_factor: float = 1.0      # linear position scaling of the global layers
-    rms_norm_eps: float = 1e-6
     final_logit_softcapping: float | None = None
     tie_word_embeddings: bool = True
-    max_position_embeddings: int = 32768
-    dtype: str = 'float32'
     bos_token_id: int | None = 2
     eos_token_id: int | None = 1
     pad_token_id: int | None = 0
 
     def __post_init__(self):
-        if self.dtype not in DTYPES:
-            raise ValueError(f'Gemma3Config.dtype={self.dtype!r}; expected one of {list(DTYPES)}')
-        for f in ('vocab_size', 'hidden_size', 'intermediate_size', 'num_layers', 'num_heads',
-                  'num_kv_heads', 'head_dim', 'sliding_window'):
-            if getattr(self, f) <= 0:
-                raise ValueError(f'Gemma3Config.{f}={getattr(self, f)}; expected > 0')
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(f'Gemma3Config.num_heads={self.num_heads} is not a multiple of '
-                             f'num_kv_heads={self.num_kv_heads}')
+        super().__post_init__()
+        if self.sliding_window <= 0:
+            raise ValueError(f'Gemma3Config.sliding_window={self.sliding_window}; expected > 0')
         if len(self.layer_types) != self.num_layers or \
                 set(self.layer_types) - {'sliding_attention', 'full_attention'}:
             raise ValueError(f'Gemma3Config.layer_types={self.layer_types!r}; expected '
                              f'{self.num_layers} of sliding_attention/full_attention')
-
-    @property
-    def jnp_dtype(self): return DTYPES[self.dtype]
-
-    @classmethod
-    def tiny(cls, **kw) -> Gemma3Config:
-        "The CPU test model: two local layers (window 4) and one global layer, hidden 128."
-        return cls(**kw)
-
-    def replace(self, **kw) -> Gemma3Config: return dataclasses.replace(self, **kw)
 
 # %% ../../nbs/04_models/02_gemma3.ipynb #d3718ea2
 @patch(cls_method=True)
@@ -244,7 +221,8 @@ def __call__(self: Gemma3, tokens_bt: jax.Array, positions_bt: jax.Array | None 
         kv = None if cache is None else (cache.k[i], cache.v[i])
         pkv = None if prefix is None else (prefix.k[i][0], prefix.v[i][0])
         x, (k, v) = layer(x, positions_bt, mask_bts, kpos_bs, kv, start, pkv)
-        ks.append(k); vs.append(v)
+        ks.append(k)
+        vs.append(v)
     x = self.norm(x)
     logits = self.embed_tokens.attend(x) if cfg.tie_word_embeddings else self.lm_head(x)
     if cfg.final_logit_softcapping:
@@ -294,7 +272,8 @@ def save_hf(model: Gemma3, cfg: Gemma3Config, path: str | os.PathLike, *,
             dtype: str | None = None) -> Path:
     "Save `model` as an HF checkpoint dir: `config.json` + `model.safetensors`."
     from safetensors.numpy import save_file
-    path = Path(path); path.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
     hfc = cfg.to_hf_config()
     if dtype: hfc['torch_dtype'] = dtype
     (path / 'config.json').write_text(json.dumps(hfc, indent=2))

@@ -116,11 +116,16 @@ def save_gguf(model: Gemma3, cfg: Gemma3Config, path: str | os.PathLike, *, quan
     "Write `model` as a `gemma3` GGUF file (norms as `1 + w`; matrices in `quant`, e.g. 'Q8_0')."
     import gguf
     w = gguf.GGUFWriter(str(path), 'gemma3')
-    w.add_context_length(cfg.max_position_embeddings); w.add_embedding_length(cfg.hidden_size)
-    w.add_block_count(cfg.num_layers); w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_heads); w.add_head_count_kv(cfg.num_kv_heads)
-    w.add_key_length(cfg.head_dim); w.add_value_length(cfg.head_dim)
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps); w.add_rope_freq_base(cfg.rope_theta)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_layers)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_heads)
+    w.add_head_count_kv(cfg.num_kv_heads)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_freq_base(cfg.rope_theta)
     w.add_sliding_window(cfg.sliding_window)
     w.add_tokenizer_model('llama')
     w.add_token_list(tokens or [f'<t{i}>' for i in range(cfg.vocab_size)])
@@ -130,15 +135,22 @@ def save_gguf(model: Gemma3, cfg: Gemma3Config, path: str | os.PathLike, *, quan
         if (i := getattr(cfg, f'{k}_token_id')) is not None: getattr(w, f'add_{k}_token_id')(i)
     qt = gguf.GGMLQuantizationType[quant]
     for name, a in sorted(hf_state_dict_np(model).items()):
-        if name.endswith('norm.weight'): w.add_tensor(gguf_name(name), a + 1.0); continue
-        if qt == gguf.GGMLQuantizationType.F32: w.add_tensor(gguf_name(name), a); continue
+        if name.endswith('norm.weight'):
+            w.add_tensor(gguf_name(name), a + 1.0)
+            continue
+        if qt == gguf.GGMLQuantizationType.F32:
+            w.add_tensor(gguf_name(name), a)
+            continue
         w.add_tensor(gguf_name(name), gguf.quants.quantize(a, qt), raw_dtype=qt)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     return Path(path)
 
 def hf_state_dict_np(model: Gemma3) -> dict[str, np.ndarray]:
     "The model's params as HF-named float32 numpy arrays."
-    from tunix_agentic.models.qwen2 import hf_state_dict
+    from tunix_agentic.models.decoder import hf_state_dict
     return {k: np.asarray(v, np.float32) for k, v in hf_state_dict(model).items()}
 
 # %% ../../nbs/04_models/04_gguf_io.ipynb #e2b5d083

@@ -12,7 +12,8 @@ import numpy as np
 
 from fastcore.basics import patch
 
-from .qwen2 import ModelConfig, Qwen2, hf_shape, load_hf as _load_hf
+from .decoder import hf_shape
+from .qwen2 import ModelConfig, Qwen2, load_hf as _load_hf
 
 # %% auto #0
 __all__ = ['llama3_inv_freq', 'Llama3Config', 'load_hf']

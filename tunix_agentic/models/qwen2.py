@@ -4,98 +4,44 @@
 
 # %% ../../nbs/04_models/01_qwen2.ipynb #7d374b87
 from __future__ import annotations
-import dataclasses, json, logging, math, os
+import json, logging, os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import jax, jax.numpy as jnp
 import numpy as np
 from fastcore.basics import patch
-from flax import nnx, struct
-from .attention import attention_scores, attend_rowwise
+from flax import nnx
+from .decoder import (DecoderConfig, KVCache, RMSNorm, attend, hf_param_names,
+    hf_shape, hf_state_dict, rope, safetensors_files)
 
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['DTYPES', 'ModelConfig', 'hf_dtype', 'hf_shape', 'RMSNorm', 'rope', 'KVCache', 'attend', 'Attention', 'MLP',
-           'DecoderLayer', 'Qwen2', 'hf_name', 'hf_param_names', 'safetensors_files', 'load_hf', 'hf_state_dict',
-           'save_hf']
+__all__ = ['ModelConfig', 'Attention', 'MLP', 'DecoderLayer', 'Qwen2', 'load_hf', 'save_hf']
 
 # %% ../../nbs/04_models/01_qwen2.ipynb #9210840a
-DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16, 'float16': jnp.float16}
-
 @dataclass(frozen=True, kw_only=True)
-class ModelConfig:
+class ModelConfig(DecoderConfig):
     "Shape and numerics of a Qwen2/Qwen3 decoder."
     ARCHS: ClassVar[dict[str, str]] = {'qwen2': 'Qwen2ForCausalLM', 'qwen3': 'Qwen3ForCausalLM'}
     arch: str = 'qwen2'              # 'qwen2' (q/k/v bias) or 'qwen3' (q/k RMSNorm)
-    vocab_size: int = 512
-    hidden_size: int = 128
-    intermediate_size: int = 256
-    num_layers: int = 2
-    num_heads: int = 2
-    num_kv_heads: int = 1
-    head_dim: int = 128
-    rope_theta: float = 1_000_000.0
-    rms_norm_eps: float = 1e-6
-    tie_word_embeddings: bool = False
     qkv_bias: bool = True             # Qwen2: True; Qwen3: config.attention_bias
     o_bias: bool = False              # Qwen3 with attention_bias: True
     qk_norm: bool = False             # Qwen3: True
-    max_position_embeddings: int = 32768
-    dtype: str = 'float32'            # parameter and compute dtype
-    bos_token_id: int | None = None
-    eos_token_id: int | None = None
 
     def __post_init__(self):
         if self.arch not in self.ARCHS:
             raise ValueError(f'{type(self).__name__}.arch={self.arch!r}; expected one of '
                              f'{list(self.ARCHS)}')
-        if self.dtype not in DTYPES:
-            raise ValueError(f'ModelConfig.dtype={self.dtype!r}; expected one of {list(DTYPES)}')
-        for f in ('vocab_size', 'hidden_size', 'intermediate_size', 'num_layers', 'num_heads',
-                  'num_kv_heads', 'head_dim'):
-            if getattr(self, f) <= 0:
-                raise ValueError(f'ModelConfig.{f}={getattr(self, f)}; expected > 0')
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(f'ModelConfig.num_heads={self.num_heads} is not a multiple of '
-                             f'num_kv_heads={self.num_kv_heads}')
-
-    @property
-    def jnp_dtype(self): return DTYPES[self.dtype]
+        super().__post_init__()
 
     def rope_inv_freq(self) -> np.ndarray | None:
         "Rope frequencies that replace `rope_theta`'s (a scaled rope's); None here."
         return None
 
-    @classmethod
-    def tiny(cls, **kw) -> ModelConfig:
-        "The CPU test model: 2 layers, hidden 128, 2 query heads and 1 kv head of width 128."
-        return cls(**kw)
-
-    def replace(self, **kw) -> ModelConfig: return dataclasses.replace(self, **kw)
-
 # %% ../../nbs/04_models/01_qwen2.ipynb #cd63424e
-def hf_dtype(hf: dict) -> str:
-    "The parameter dtype of an HF config (`dtype` from transformers 4.57 on, else `torch_dtype`)."
-    name = hf.get('dtype') or hf.get('torch_dtype')
-    return name if name in ('bfloat16', 'float16') else 'float32'
-
-def hf_shape(hf: dict, dtype: str | None = None) -> dict:
-    "The `ModelConfig` fields every decoder family reads alike from an HF `config.json`."
-    nh, eos = hf['num_attention_heads'], hf.get('eos_token_id')
-    return dict(vocab_size=hf['vocab_size'], hidden_size=hf['hidden_size'],
-        intermediate_size=hf['intermediate_size'], num_layers=hf['num_hidden_layers'],
-        num_heads=nh, num_kv_heads=hf.get('num_key_value_heads', nh),
-        head_dim=hf.get('head_dim') or hf['hidden_size'] // nh,
-        rope_theta=float(hf.get('rope_theta', 10000.0)), rms_norm_eps=hf.get('rms_norm_eps', 1e-6),
-        tie_word_embeddings=hf.get('tie_word_embeddings', False),
-        max_position_embeddings=hf.get('max_position_embeddings', 32768),
-        dtype=dtype or hf_dtype(hf),
-        bos_token_id=hf.get('bos_token_id'),
-        eos_token_id=eos if not isinstance(eos, list) else eos[0])
-
 @patch(cls_method=True)
 def from_hf_config(cls: ModelConfig, hf: dict, dtype: str | None = None) -> ModelConfig:
     "Build a `ModelConfig` from the dict of an HF `config.json`."
@@ -133,77 +79,6 @@ def to_hf_config(self: ModelConfig) -> dict:
         attention_dropout=0.0, initializer_range=0.02)
     if self.arch == 'qwen3': d['attention_bias'] = self.qkv_bias
     return d
-
-# %% ../../nbs/04_models/01_qwen2.ipynb #076288f9
-class RMSNorm(nnx.Module):
-    "Root-mean-square norm over the last axis, computed in float32."
-    def __init__(self, dim: int, *, eps: float, dtype=jnp.float32):
-        self.eps = eps
-        self.scale = nnx.Param(jnp.ones((dim,), dtype))
-    def __call__(self, x):
-        x32 = x.astype(jnp.float32)
-        x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return self.scale[...] * x32.astype(x.dtype)
-
-# %% ../../nbs/04_models/01_qwen2.ipynb #a2d7b1f6
-def rope(x_bthd: jax.Array, positions_bt: jax.Array, theta: float,
-         inv_freq: np.ndarray | None = None, # `[head_dim // 2]` frequencies replacing theta's
-        ) -> jax.Array:
-    "Apply rotary position embeddings (HF rotate-half layout) to `x_bthd`."
-    hd = x_bthd.shape[-1]
-    if inv_freq is None: inv_freq = 1.0 / (theta ** (jnp.arange(0, hd, 2, dtype=jnp.float32) / hd))
-    ang_btf = positions_bt.astype(jnp.float32)[..., None] * inv_freq
-    cos = jnp.cos(jnp.concatenate([ang_btf, ang_btf], -1))[:, :, None, :]
-    sin = jnp.sin(jnp.concatenate([ang_btf, ang_btf], -1))[:, :, None, :]
-    x = x_bthd.astype(jnp.float32)
-    x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
-    rot = jnp.concatenate([-x2, x1], -1)
-    return (x * cos + rot * sin).astype(x_bthd.dtype)
-
-# %% ../../nbs/04_models/01_qwen2.ipynb #ecca8bb7
-@struct.dataclass
-class KVCache:
-    "Keys/values per layer `[b, s, kv_heads, head_dim]` and the next write slot."
-    k: tuple
-    v: tuple
-    index: jax.Array
-
-    @classmethod
-    def init(cls, cfg: ModelConfig, batch: int, slots: int, dtype=None) -> KVCache:
-        "An empty cache of `slots` slots for `batch` rows."
-        dt = dtype or cfg.jnp_dtype
-        z = lambda: jnp.zeros((batch, slots, cfg.num_kv_heads, cfg.head_dim), dt)
-        return cls(k=tuple(z() for _ in range(cfg.num_layers)),
-                   v=tuple(z() for _ in range(cfg.num_layers)), index=jnp.zeros((), jnp.int32))
-
-    @property
-    def slots(self) -> int: return self.k[0].shape[1]
-
-# %% ../../nbs/04_models/01_qwen2.ipynb #68f3513b
-def attend(q_bthd, k_bshd, v_bshd, mask_bts,
-           prefix_kv: tuple | None = None, # `(k_pkd, v_pkd)`: a prefix all rows see, stored once
-          ) -> jax.Array:
-    "Grouped-query softmax attention; `mask_bts` True where a query may see a key."
-    b, t, h, d = q_bthd.shape
-    n = 0 if prefix_kv is None else prefix_kv[0].shape[0]
-    if n and t > 1:  # a block of queries (prefill, learner): copying the prefix to rows is faster
-        rows = lambda x, y: jnp.broadcast_to(x[None], (b, *x.shape)).astype(y.dtype)
-        k_bshd, v_bshd = (jnp.concatenate([rows(x, y), y], 1)
-                          for x, y in zip(prefix_kv, (k_bshd, v_bshd)))
-        mask_bts, n = jnp.concatenate([jnp.ones((b, t, n), bool), mask_bts], 2), 0
-    kvh = k_bshd.shape[2]
-    q = q_bthd.reshape(b, t, kvh, h // kvh, d)
-    if not n and t > 1 and jax.default_backend() == 'cpu':  # `attention`: cache-sized rows on CPU
-        return attend_rowwise(q, k_bshd, v_bshd, mask_bts).reshape(b, t, h * d).astype(q_bthd.dtype)
-    s = attention_scores(q, k_bshd, mask_bts)  # [b, kv_heads, group, t, s], float32
-    if n:  # a decode step: all rows' queries meet the shared keys in one matmul, no copy per row
-        sp = jnp.einsum('btkgd,pkd->bkgtp', q, prefix_kv[0], preferred_element_type=jnp.float32)
-        s = jnp.concatenate([sp / math.sqrt(d), s], -1)  # one softmax over prefix and row keys
-    p = jax.nn.softmax(s, axis=-1).astype(v_bshd.dtype)
-    o = jnp.einsum('bkgts,bskd->btkgd', p[..., n:], v_bshd, preferred_element_type=jnp.float32)
-    if n: o = o + jnp.einsum('bkgtp,pkd->btkgd', p[..., :n], prefix_kv[1],
-                             preferred_element_type=jnp.float32)
-    return o.reshape(b, t, h * d).astype(q_bthd.dtype)
 
 # %% ../../nbs/04_models/01_qwen2.ipynb #db40d277
 def _linear(din, dout, bias, cfg, rngs):
@@ -287,36 +162,15 @@ class Qwen2(nnx.Module):
             kv = None if cache is None else (cache.k[i], cache.v[i])
             pkv = None if prefix is None else (prefix.k[i][0], prefix.v[i][0])
             x, (k, v) = layer(x, positions_bt, mask_bts, kv, start, pkv)
-            ks.append(k); vs.append(v)
+            ks.append(k)
+            vs.append(v)
         x = self.norm(x)
         if self.cfg.tie_word_embeddings: logits = self.embed_tokens.attend(x)
         else: logits = self.lm_head(x)
         if cache is None: return logits
         return logits, KVCache(k=tuple(ks), v=tuple(vs), index=cache.index + t)
 
-# %% ../../nbs/04_models/01_qwen2.ipynb #2ca3f4dd
-def hf_name(path: tuple) -> tuple[str, bool]:
-    "HF tensor name for an NNX param path, and whether the array is transposed between them."
-    *mod, leaf = [str(p) for p in path]
-    name = '.'.join(mod) + '.' + {'kernel': 'weight', 'scale': 'weight', 'embedding': 'weight',
-                                  'bias': 'bias'}[leaf]
-    return (name if mod[0] == 'lm_head' else 'model.' + name), leaf == 'kernel'
-
-def hf_param_names(model: nnx.Module) -> dict[str, tuple[tuple, bool]]:
-    "Map HF tensor name -> (NNX param path, transposed?) for every param of `model`."
-    flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
-    return {hf_name(p)[0]: (p, hf_name(p)[1]) for p, _ in flat}
-
 # %% ../../nbs/04_models/01_qwen2.ipynb #7606a4bf
-def safetensors_files(path: Path) -> list[Path]:
-    idx = path / 'model.safetensors.index.json'
-    if idx.exists():
-        return [path / f for f in sorted(set(json.loads(idx.read_text())['weight_map'].values()))]
-    if (path / 'model.safetensors').exists(): return [path / 'model.safetensors']
-    files = sorted(path.glob('*.safetensors'))
-    if not files: raise FileNotFoundError(f'no *.safetensors in {path}; expected an HF model dir')
-    return files
-
 def load_hf(path: str | os.PathLike, dtype: str | None = None,
             config_cls: type = ModelConfig, # a `ModelConfig` class (Llama: `llama3.Llama3Config`)
            ) -> tuple[Qwen2, ModelConfig]:
@@ -350,21 +204,12 @@ def load_hf(path: str | os.PathLike, dtype: str | None = None,
     return nnx.merge(graphdef, state), cfg
 
 # %% ../../nbs/04_models/01_qwen2.ipynb #94070308
-def hf_state_dict(model: Qwen2, dtype: str | None = None) -> dict[str, jax.Array]:
-    "The model's params as an HF-named dict (linear weights `[out, in]`)."
-    flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
-    out = {}
-    for p, v in flat:
-        name, tr = hf_name(p)
-        a = v[...]
-        out[name] = (a.T if tr else a).astype(DTYPES[dtype] if dtype else a.dtype)
-    return out
-
 def save_hf(model: Qwen2, cfg: ModelConfig, path: str | os.PathLike, *, dtype: str | None = None,
             max_shard_bytes: int | None = None) -> Path:
     "Save `model` as an HF checkpoint dir: config.json + safetensors (sharded if big)."
     from safetensors.flax import save_file
-    path = Path(path); path.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
     hfc = cfg.to_hf_config()
     if dtype: hfc['torch_dtype'] = dtype
     (path / 'config.json').write_text(json.dumps(hfc, indent=2))
@@ -374,12 +219,15 @@ def save_hf(model: Qwen2, cfg: ModelConfig, path: str | os.PathLike, *, dtype: s
     for k in sorted(sd):
         nb = sd[k].size * sd[k].dtype.itemsize
         if cur and max_shard_bytes and size + nb > max_shard_bytes:
-            shards.append(cur); cur, size = {}, 0
-        cur[k] = sd[k]; size += nb
+            shards.append(cur)
+            cur, size = {}, 0
+        cur[k] = sd[k]
+        size += nb
     shards.append(cur)
     meta = {'format': 'pt'}
     if len(shards) == 1:
-        save_file(shards[0], str(path / 'model.safetensors'), metadata=meta); return path
+        save_file(shards[0], str(path / 'model.safetensors'), metadata=meta)
+        return path
     wmap, n = {}, len(shards)
     for i, sh in enumerate(shards):
         fn = f'model-{i + 1:05d}-of-{n:05d}.safetensors'

@@ -141,38 +141,17 @@ async def _turn(self: EpisodeDriver, text: str | None, replay: tuple | None):
     await ep.advance(out, source)
 
 # %% ../../nbs/08_ui/02_episode_driver.ipynb #a6dfe323
-_COMPILE_EVENTS = ('/jax/core/compile/jaxpr_trace_duration',
-                   '/jax/core/compile/jaxpr_to_mlir_module_duration',
-                   '/jax/core/compile/backend_compile_duration')
+from ..core.compiles import COMPILE_PHASES, CompileEvents, compile_events
 
 class CompileClock:
     "Seconds JAX has spent tracing and compiling in this process (a compile under way included)."
-    def __init__(self):
-        import jax.monitoring
-        self._lock, self._done, self._open = threading.Lock(), 0.0, {}  # thread -> (depth, t0)
-        jax.monitoring.register_scalar_listener(self._started)  # sent when a compile starts
-        jax.monitoring.register_event_duration_secs_listener(self._ended)
-    def _started(self, event: str, value: float, **kw):
-        if event not in _COMPILE_EVENTS: return
-        with self._lock:
-            depth, t0 = self._open.get(threading.get_ident(), (0, time.monotonic()))
-            self._open[threading.get_ident()] = (depth + 1, t0)
-    def _ended(self, event: str, duration: float, **kw):
-        if event not in _COMPILE_EVENTS: return
-        with self._lock:
-            depth, t0 = self._open.pop(threading.get_ident(), (1, time.monotonic() - duration))
-            if depth > 1: self._open[threading.get_ident()] = (depth - 1, t0)
-            else: self._done += time.monotonic() - t0
-    def seconds(self) -> float:
-        now = time.monotonic()
-        with self._lock: return self._done + sum(now - t0 for _, t0 in self._open.values())
+    def __init__(self, events: CompileEvents | None = None):
+        self.events = events or compile_events()
+    def seconds(self) -> float: return self.events.seconds()
 
 def compile_clock() -> CompileClock:
-    "The process's one `CompileClock` (kept outside this module, so a reload does not add one)."
-    holder = sys.modules.setdefault('_tunix_agentic_compile_clock',
-                                    types.ModuleType('_tunix_agentic_compile_clock'))
-    if not hasattr(holder, 'clock'): holder.clock = CompileClock()
-    return holder.clock
+    "A `CompileClock` on the process's one `core.compiles.CompileEvents`."
+    return CompileClock()
 
 # %% ../../nbs/08_ui/02_episode_driver.ipynb #dea504c2
 async def within(coro, limit: float) -> Any:
