@@ -14,6 +14,7 @@ _PUBLIC: dict[str, str] = {  # name -> the module (under tunix_agentic) that def
     'run_sync': 'core.sync',
     'BaseTool': 'tools.base', 'FunctionTool': 'tools.base',
     'BaseEnv': 'envs.environments', 'StepResult': 'envs.environments',
+    'ResetResult': 'envs.environments',
     'ToolEnvironment': 'envs.environments', 'register_env': 'envs.environments',
     'BaseAgent': 'envs.agents', 'ToolAgent': 'envs.agents', 'register_reward': 'envs.rewards',
     'DecoderConfig': 'models.decoder', 'DecoderModel': 'models.decoder',
