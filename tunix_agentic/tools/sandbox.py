@@ -99,7 +99,8 @@ def _total_mb(c: SandboxConfig) -> int:
 def _python_paths(python: str) -> list[str]:
     "Directories the sandboxed interpreter must still see when home directories are hidden."
     ps = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-          os.path.dirname(os.path.dirname(os.path.realpath(python)))}
+          os.path.dirname(os.path.dirname(os.path.realpath(python))),
+          os.path.dirname(os.path.dirname(os.path.abspath(python)))}  # a venv: its own prefix
     try: ps.update(site.getsitepackages())
     except AttributeError: pass
     return sorted(p for p in ps if p)
