@@ -835,12 +835,13 @@ def test_memory_total_bounds_concurrent_calls(sbx, iso):
     needs(iso, 'cgroup')
     total = CFG.memory_mb + CFG.disk_mb + 64
     s = LocalSandbox(dataclasses.replace(sbx.config, memory_total_mb=total))
-    hold = ('import os, time\nfd = os.memfd_create("m")\nfor i in range(10): os.write(fd, b"\\1" * (20 << 20))\n'
-            'print("held 200", flush=True)\ntime.sleep(8)')
+    hold = ('import os, time\nfds = [os.memfd_create("m") for _ in range(10)]\n'  # RLIMIT_FSIZE bounds one memfd
+            'for fd in fds: os.write(fd, b"\\1" * (20 << 20))\nprint("held 200", flush=True)\ntime.sleep(8)')
     async def go(): return await asyncio.gather(s.run(hold, timeout=30), s.run(hold, timeout=30))
     rs = run(go())
     print(WHO, [(r.status, r.stdout.strip(), r.isolation.get('memory_peak_mb')) for r in rs])
     assert all(r.isolation.get('memory_total_mb') == total for r in rs), rs[0].isolation
+    assert any('held 200' in r.stdout for r in rs), rs  # one call alone fits its own bound
     assert sum(r.status == 'ok' and 'held 200' in r.stdout for r in rs) <= 1, rs
     next_call_works(s)
 
