@@ -82,8 +82,9 @@ def test_tool_timeout_and_state():
         mgr = ToolManager([tool], call_timeout=60.0)
         async with mgr.session() as s:
             # the sandbox's first call starts its pool; on a loaded CI machine that alone took over 1 s
-            warm = await s.execute([ToolCall('code_interpreter', {'code': 'pass'})])
-            assert warm[0].ok, warm
+            # and the first invalid call imports jsonschema (tools.arguments), blocking the loop for 1-3 s
+            warm = await s.execute([ToolCall('code_interpreter', {'code': 'pass'}), ToolCall('code_interpreter', {})])
+            assert warm[0].ok and not warm[1].ok, warm
             mgr.call_timeout = 3.0  # read per call: the endless loop ends here, the others need ms
             o = await s.execute([ToolCall('code_interpreter', {'code': 'while True: pass'}),
                                  ToolCall('code_interpreter', {'code': 'open("f", "w").write("7")'}),
