@@ -805,6 +805,21 @@ def test_landlock_in_missing(sbx, iso):
         assert ('landlock' in iso['missing']) == (not iso.get('landlock')), iso
 
 
+@pytest.mark.timeout(60)
+def test_workdir_written_in_place_keeps_no_links(sbx, iso):
+    "Copied back, or written in place (no private /tmp): the workdir keeps no symlinks or setuid/setgid bits after the call."
+    wd = sbx.make_workdir()
+    code = ('import os\nos.makedirs("a/b")\nos.symlink("/etc/passwd", "a/b/link")\nopen("a/suid", "w").write("x")\n'
+            'os.chmod("a/suid", 0o6755)\nos.chmod("a/b", 0o2777)\nprint("made")')
+    try:
+        r = run(sbx.run(code, workdir=wd))
+        left = sorted(os.path.relpath(os.path.join(d, n), wd) for d, ds, fs in os.walk(wd) for n in ds + fs)
+        modes = [os.lstat(os.path.join(wd, n)).st_mode & 0o7777 for n in ('a/suid', 'a/b')]
+    finally: shutil.rmtree(wd, ignore_errors=True)
+    assert (r.status, r.stdout) == ('ok', 'made\n'), r
+    assert left == ['a', 'a/b', 'a/suid'] and modes == [0o755, 0o777], (left, modes)
+
+
 @pytest.mark.timeout(90)
 def test_copy_back_keeps_holes_drops_links(sbx, iso):
     "30 sparse files of 60 MiB, 50 hard links to 8 MiB, a symlink, setuid/setgid bits: the host workdir stays within disk_mb."

@@ -1968,6 +1968,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                                                                           'tunix_agentic/tools/cage.py'),
                                           'tunix_agentic.tools.cage.remove_tree': ( '01_tools/cage.html#remove_tree',
                                                                                     'tunix_agentic/tools/cage.py'),
+                                          'tunix_agentic.tools.cage.scrub_tree': ( '01_tools/cage.html#scrub_tree',
+                                                                                   'tunix_agentic/tools/cage.py'),
                                           'tunix_agentic.tools.cage.signal_all': ( '01_tools/cage.html#signal_all',
                                                                                    'tunix_agentic/tools/cage.py'),
                                           'tunix_agentic.tools.cage.template': ( '01_tools/cage.html#template',

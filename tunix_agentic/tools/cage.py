@@ -8,7 +8,7 @@ __all__ = ['libc', 'ROOT', 'MS_RDONLY', 'MS_NOSUID', 'MS_NODEV', 'MS_NOEXEC', 'M
            'write', 'close_except', 'view_paths', 'graft', 'readonly_remounts', 'pivot', 'template', 'probe',
            'enter_namespaces', 'clone_namespaces', 'private_tmp', 'copy_file', 'copy_tree', 'clear_dir', 'remove_tree',
            'drop_caps', 'oom_first', 'fresh_keyring', 'landlock_abi', 'landlock', 'descendants', 'signal_all',
-           'chown_tree']
+           'chown_tree', 'scrub_tree']
 
 # %% ../../nbs/01_tools/04_cage.ipynb #3f63201f
 import ctypes, os, stat, struct
@@ -335,3 +335,21 @@ def chown_tree(fd: int, uid: int, gid: int) -> None:
         try: sub = os.open(name, flags, dir_fd=cur)
         except OSError: continue  # a file or a link
         os.close(cur); cur = sub; todo.append([e.name for e in os.scandir(cur)])
+
+# %% ../../nbs/01_tools/04_cage.ipynb #446cf2d5
+def scrub_tree(fd: int) -> int:
+    "Remove symlinks and setuid/setgid bits under dir `fd`, however deep; how many entries changed."
+    flags, cur, n = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, os.dup(fd), 0
+    todo = [[e.name for e in os.scandir(cur)]]
+    while True:
+        if not todo[-1]:  # this dir is done: up, or finished
+            todo.pop()
+            if not todo: os.close(cur); return n
+            up = os.open('..', flags, dir_fd=cur); os.close(cur); cur = up; continue
+        name = todo[-1].pop()
+        st = os.stat(name, dir_fd=cur, follow_symlinks=False)
+        if stat.S_ISLNK(st.st_mode): os.unlink(name, dir_fd=cur); n += 1; continue
+        if st.st_mode & 0o6000: os.chmod(name, st.st_mode & 0o777, dir_fd=cur); n += 1
+        if stat.S_ISDIR(st.st_mode):
+            sub = os.open(name, flags, dir_fd=cur); os.close(cur); cur = sub
+            todo.append([e.name for e in os.scandir(cur)])

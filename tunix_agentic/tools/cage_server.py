@@ -250,6 +250,10 @@ def reaper(req: dict, rep: dict, ctl: socket.socket) -> None:
     if own: cage.chown_tree(wd, rep['uid'], req['gid'])  # the code works in it: its uid's
     if not out['setup_error']: del out['setup_error']; run_user(req, rep, fds[:4], wd, out)
     if own: cage.chown_tree(wd, req['uid'], req['gid'])  # and back
+    try:  # what the code wrote in place in its workdir: no links or setuid bits left
+        if wd is not None and not (scratch or rep.get('private_tmp')) and rep.get('seccomp'):
+            cage.scrub_tree(wd)
+    except OSError as e: rep['errors'].append(f'workdir scrub: {e}')
     out.pop('deadline', None)
     if scratch: cage.remove_tree(scratch)
     rep['memory_peak_mb'] = cgroups.read_peak(STATE.get('peak'))
