@@ -5,7 +5,7 @@ Runs as whoever runs pytest; `test_attacks_as_unprivileged_user` (root only) run
 as a throwaway unprivileged user made with `useradd`, so CI covers both privilege levels. Attacks
 whose defence needs something this machine lacks (user namespaces, ...) skip and say what.
 """
-import asyncio, ctypes, dataclasses, os, pwd, resource, shutil, socket, stat, subprocess, sys, tempfile, time, uuid
+import asyncio, ctypes, dataclasses, json, os, pwd, resource, shutil, socket, stat, subprocess, sys, tempfile, time, uuid
 
 import pytest
 
@@ -867,3 +867,70 @@ def test_no_memory_bound_refused_by_default(sbx, iso):
     r = run(LocalSandbox(dataclasses.replace(sbx.config, isolation='auto')).run('print(1)'))
     if 'cgroup' in iso['missing']: assert r.status == 'sandbox_error' and 'cgroup' in r.message, r
     else: assert r.isolation.get('cgroup') and r.isolation.get('memory_total_mb'), r.isolation
+
+
+DELEGATED = r"""
+import asyncio, json, os, sys
+for leaf in sys.argv[1:]:  # the runtime's own leaf, inside a cgroup delegated to this user
+    with open(os.path.join(leaf, 'cgroup.procs'), 'w') as f: f.write('0')
+from tunix_agentic.tools.sandbox import LocalSandbox, SandboxConfig
+sbx = LocalSandbox(SandboxConfig.tiny(timeout_s=20.0, memory_mb=256, disk_mb=32))
+code = ("import os\nfds = []\nfor i in range(20):\n    fds.append(os.memfd_create('x'))\n"
+        "    os.write(fds[-1], b'\\1' * (32 << 20)); print('held', 32 * (i + 1), flush=True)")
+r = asyncio.run(sbx.run(code))
+print(json.dumps([os.geteuid(), r.status, r.isolation.get('cgroup'), r.isolation.get('memory_peak_mb'), r.isolation.get('missing')]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_delegated_cgroup_bounds_a_non_root_trainer(tmp_path):
+    "A non-root trainer in a leaf of a cgroup delegated to it (what systemd's Delegate=yes gives): default isolation, bounded."
+    if os.environ.get('TUNIX_SBX_UNPRIV') or DOCKER: pytest.skip('already a nested run')
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in ('useradd', 'runuser', 'unshare')):
+        pytest.skip('needs root, useradd, runuser and unshare')
+    from tunix_agentic.tools.cgroups import cgroup_bases
+    bases = cgroup_bases()
+    if not bases: pytest.skip('no writable cgroup here')
+    dirs = {k: os.readlink(f'/proc/self/fd/{fd}') for k, fd in bases.items()}
+    for fd in bases.values(): os.close(fd)
+    user = 'tsbx' + uuid.uuid4().hex[:8]
+    subprocess.run(['useradd', '--system', '--no-create-home', '--shell', '/usr/sbin/nologin', user], check=True)
+    uid, gid = pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid
+    tops = [os.path.join(d, 'tunix_deleg_' + uuid.uuid4().hex[:8]) for d in dirs.values()]
+    home = tempfile.mkdtemp(prefix='tunix_sbx_user_'); os.chmod(home, 0o777)
+    try:
+        for top in tops:  # delegate: the dir and its files to the user, its runtime leaf inside
+            os.mkdir(top); os.mkdir(top + '/runtime')
+            for d in (top, top + '/runtime'):
+                for n in [''] + os.listdir(d): os.chown(os.path.join(d, n), uid, gid)
+        script = os.path.join(home, 'deleg.py'); open(script, 'w').write(DELEGATED); os.chmod(script, 0o644)
+        top_pyenv, pre = _untraversable_top(sys.base_prefix), ''
+        if top_pyenv:
+            d, keep = top_pyenv
+            pre = (f'k=$(mktemp -d); mount --bind {keep} "$k"; mount -t tmpfs -o mode=755,size=1m tmpfs {d}; '
+                   f'mkdir -p {keep}; mount --move "$k" {keep}; ')
+        env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'), 'LANG': 'C.UTF-8', 'HOME': home,
+               'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': os.environ.get('PYTHONPATH', '')}
+        p = subprocess.run(['unshare', '--mount', '--propagation', 'private', 'sh', '-c', pre + 'exec runuser -u "$0" -- "$@"',
+                            user, sys.executable, script, *[t + '/runtime' for t in tops]],
+                           capture_output=True, text=True, env=env, cwd=home, timeout=100)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+        euid, status, cgroup, peak, missing = json.loads(p.stdout.splitlines()[-1])
+        print(f'non-root in a delegated cgroup: status {status}, cgroup {cgroup}, peak {peak} MiB, missing {missing}')
+        assert euid == uid and cgroup and missing == [], p.stdout
+        assert status in ('killed', 'error') and peak is not None and peak <= 256 + 32, p.stdout
+    finally:
+        _kill_uid(uid)
+        time.sleep(0.2)
+        for top in tops:
+            for d in sorted((os.path.join(top, n) for n in os.listdir(top) if os.path.isdir(os.path.join(top, n))), reverse=True):
+                for sub in [s for s in os.listdir(d) if os.path.isdir(os.path.join(d, s))]:
+                    try: os.rmdir(os.path.join(d, sub))
+                    except OSError: pass
+                try: os.rmdir(d)
+                except OSError: pass
+            try: os.rmdir(top)
+            except OSError: pass
+        subprocess.run(['userdel', user], capture_output=True)
+        shutil.rmtree(home, ignore_errors=True)

@@ -2057,6 +2057,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': 'http://loc
                                                                                           'tunix_agentic/tools/cgroups.py'),
                                              'tunix_agentic.tools.cgroups.open_peak': ( '01_tools/cgroups.html#open_peak',
                                                                                         'tunix_agentic/tools/cgroups.py'),
+                                             'tunix_agentic.tools.cgroups.own_or_delegated': ( '01_tools/cgroups.html#own_or_delegated',
+                                                                                               'tunix_agentic/tools/cgroups.py'),
                                              'tunix_agentic.tools.cgroups.read_peak': ( '01_tools/cgroups.html#read_peak',
                                                                                         'tunix_agentic/tools/cgroups.py'),
                                              'tunix_agentic.tools.cgroups.remove_cgroup': ( '01_tools/cgroups.html#remove_cgroup',
