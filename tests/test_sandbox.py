@@ -82,8 +82,9 @@ def test_tool_timeout_and_state():
         mgr = ToolManager([tool], call_timeout=60.0)
         async with mgr.session() as s:
             # the sandbox's first call starts its pool; on a loaded CI machine that alone took over 1 s
-            warm = await s.execute([ToolCall('code_interpreter', {'code': 'pass'})])
-            assert warm[0].ok, warm
+            # and the first invalid call imports jsonschema (tools.arguments), blocking the loop for 1-3 s
+            warm = await s.execute([ToolCall('code_interpreter', {'code': 'pass'}), ToolCall('code_interpreter', {})])
+            assert warm[0].ok and not warm[1].ok, warm
             mgr.call_timeout = 3.0  # read per call: the endless loop ends here, the others need ms
             o = await s.execute([ToolCall('code_interpreter', {'code': 'while True: pass'}),
                                  ToolCall('code_interpreter', {'code': 'open("f", "w").write("7")'}),
@@ -160,18 +161,18 @@ def test_isolation_none_still_limits():
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize('userns', [True, False], ids=['userns', 'no_userns'])
 def test_stateful_workdir(userns):
-    "A tool instance's files survive between calls (copied into the call's /tmp and back)."
+    "A tool instance's files survive between calls (copied into the call's /tmp and back, symlinks left out)."
     import dataclasses, shutil
     sbx = LocalSandbox(dataclasses.replace(CFG, userns=userns))
     wd = sbx.make_workdir()
     try:
         a = run(sbx.run('import os\nopen("f", "w").write("1")\nos.chmod("f", 0o600)\nos.mkdir("d")\n'
                         'os.symlink("/etc/passwd", "d/l")', workdir=wd))
-        b = run(sbx.run('import os\nopen("f", "a").write("2")\nprint(open("f").read(), os.readlink("d/l"))',
+        b = run(sbx.run('import os\nopen("f", "a").write("2")\nprint(open("f").read(), os.path.lexists("d/l"))',
                         workdir=wd))
     finally: shutil.rmtree(wd, ignore_errors=True)
     assert a.status == 'ok', a
-    assert (b.status, b.stdout) == ('ok', '12 /etc/passwd\n'), b
+    assert (b.status, b.stdout) == ('ok', '12 False\n'), b  # symlinks are not copied back (issue 43)
 
 
 @pytest.mark.timeout(120)

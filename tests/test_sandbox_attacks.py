@@ -5,7 +5,7 @@ Runs as whoever runs pytest; `test_attacks_as_unprivileged_user` (root only) run
 as a throwaway unprivileged user made with `useradd`, so CI covers both privilege levels. Attacks
 whose defence needs something this machine lacks (user namespaces, ...) skip and say what.
 """
-import asyncio, ctypes, dataclasses, os, pwd, shutil, socket, stat, subprocess, sys, tempfile, time, uuid
+import asyncio, ctypes, dataclasses, json, os, pwd, resource, shutil, socket, stat, subprocess, sys, tempfile, time, uuid
 
 import pytest
 
@@ -23,7 +23,9 @@ def run(coro):
 @pytest.fixture(scope='module', params=[True, False], ids=['userns', 'no_userns'])
 def sbx(request):
     "The sandbox, with user namespaces and as on a machine without them (weaker isolation accepted)."
-    if request.param and not DOCKER: return LocalSandbox(CFG)  # docker-like: the default refuses
+    if request.param and not DOCKER:  # docker-like: the default refuses
+        s = LocalSandbox(CFG)  # so does it without a memory bound (a non-root trainer, no cgroup)
+        if 'cgroup' not in run(s.run('pass')).isolation.get('missing', []): return s
     return LocalSandbox(dataclasses.replace(CFG, userns=request.param, isolation='best_effort'))
 
 
@@ -128,7 +130,7 @@ def test_100mb_output(sbx):
 
 @pytest.mark.timeout(60)
 def test_network(sbx, iso):
-    needs(iso, ('netns', 'landlock_tcp'))
+    needs(iso, ('netns', 'landlock_tcp', 'net_filter'))
     srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(8); srv.setblocking(False)
     port = srv.getsockname()[1]
     code = (f'import socket\nres = []\nfor addr in [("127.0.0.1", {port}), ("8.8.8.8", 53), ("1.1.1.1", 443)]:\n'
@@ -203,7 +205,7 @@ def test_write_outside_scratch(sbx, iso, tmp_path, visible_dir):
 
 @pytest.mark.timeout(60)
 def test_signal_trainer(sbx, iso):
-    needs(iso, ('pidns', 'landlock_scope'), ('own_proc', 'landlock_scope'))
+    needs(iso, ('pidns', 'landlock_scope', 'process_guard'), ('own_proc', 'landlock_scope', 'process_guard'))
     me, pg = os.getpid(), os.getpgid(0)
     code = ('import os, signal\nres = []\n'
             f'for f, a in [(os.kill, {me}), (os.killpg, {pg}), (os.kill, os.getppid()), (os.kill, 1), (os.kill, -1)]:\n'
@@ -437,7 +439,7 @@ def test_default_refuses_without_isolation():
     "No silent fallback: without network/PID/mount isolation the default refuses, naming the setting."
     sbx = LocalSandbox(dataclasses.replace(CFG, userns=False))
     r = run(sbx.run('print(1)'))
-    gaps = [k for k in ('mountns', 'netns', 'pidns', 'fs_view', 'private_tmp', 'own_proc')
+    gaps = [k for k in ('mountns', 'netns', 'pidns', 'fs_view', 'private_tmp', 'own_proc', 'cgroup')
             if k in r.isolation.get('missing', [])]
     if not gaps:
         assert (r.status, r.stdout) == ('ok', '1\n'), r
@@ -632,6 +634,14 @@ def test_interpreter_under_tmp(sbx, iso):
         s = LocalSandbox(dataclasses.replace(sbx.config, python=os.path.join(venv, 'bin', 'python')))
         r = run(s.run('import sys, decimal, json\nprint(sys.prefix)'))
         assert (r.status, r.stdout) == ('ok', venv + '\n'), r
+        site = subprocess.run([os.path.join(venv, 'bin', 'python'), '-c', 'import site; print(site.getsitepackages()[0])'],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        mod = 'tunix_probe_' + uuid.uuid4().hex[:8]
+        with open(os.path.join(site, mod + '.py'), 'w') as f: f.write('X = 42\n')
+        wd = s.make_workdir()  # a stateful call: its /tmp is copied back, the venv shown in it is not
+        r = run(s.run(f'import {mod}\nprint({mod}.X)', workdir=wd))
+        copied = os.listdir(wd); shutil.rmtree(wd, ignore_errors=True)
+        assert (r.status, r.stdout, copied) == ('ok', '42\n', []), (r, copied)
         os.symlink(venv, venv + '_link')  # a symlinked venv under /tmp (a fresh clone's .venv)
         s = LocalSandbox(dataclasses.replace(sbx.config, python=os.path.join(venv + '_link', 'bin', 'python')))
         r = run(s.run('import sys, decimal, json\nprint(sys.prefix)'))
@@ -680,3 +690,247 @@ def test_attacks_under_docker_profile(tmp_path):
     assert 'PASSED tests/test_sandbox_attacks.py::test_default_refuses_without_isolation' in p.stdout
     skips = [l for l in p.stdout.splitlines() if l.startswith('SKIPPED')]
     assert all('calls get no' in l or 'nested run' in l or 'no keyrings' in l for l in skips), skips
+
+
+# ---- issue 43: every mode honest -------------------------------------------------------------------
+PROCESS_CONTROL = r'''
+import ctypes, os, resource, signal
+libc = ctypes.CDLL(None, use_errno=True)
+v = {victim}
+def attempt(name, f):
+    try: f(); print("DONE", name)
+    except OSError as e: print("DONE" if e.errno == 14 else "refused", name, e.errno)  # EFAULT: allowed
+def ptrace():
+    if libc.ptrace(16, v, None, None) != 0: raise OSError(ctypes.get_errno(), "ptrace")
+    libc.ptrace(17, v, None, None)
+def vm_read():
+    buf = ctypes.create_string_buffer(8)
+    local, remote = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8), (ctypes.c_void_p * 2)(4096, 8)
+    if libc.process_vm_readv(v, local, 1, remote, 1, 0) < 0: raise OSError(ctypes.get_errno(), "vm")
+def proc_dir_signal():
+    signal.pidfd_send_signal(os.open(f"/proc/{{v}}", os.O_RDONLY | os.O_DIRECTORY), signal.SIGKILL)
+for name, f in [("prlimit", lambda: resource.prlimit(v, resource.RLIMIT_NOFILE, (7, 7))),
+                ("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, v, 19)),
+                ("setpriority_user", lambda: os.setpriority(os.PRIO_USER, {uid}, 19)),
+                ("affinity", lambda: os.sched_setaffinity(v, {{0}})),
+                ("kill", lambda: os.kill(v, signal.SIGKILL)), ("killpg", lambda: os.killpg(v, signal.SIGKILL)),
+                ("pidfd", lambda: signal.pidfd_send_signal(os.pidfd_open(v), signal.SIGKILL)),
+                ("proc_dir_signal", proc_dir_signal), ("ptrace", ptrace), ("process_vm_readv", vm_read)]:
+    attempt(name, f)
+kid = os.fork()
+if kid == 0: signal.pause(); os._exit(0)
+attempt("own child", lambda: os.kill(kid, signal.SIGKILL))
+print("child", os.waitpid(kid, 0)[1])
+'''
+
+
+@pytest.mark.timeout(60)
+def test_process_control_of_trainer_processes(sbx, iso):
+    "A process of the trainer's uid outside the call keeps its limits, priority, affinity and life; the call's own child is the call's."
+    victim = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)
+    try:
+        before = (resource.prlimit(victim.pid, resource.RLIMIT_NOFILE), os.getpriority(os.PRIO_PROCESS, victim.pid),
+                  os.sched_getaffinity(victim.pid), os.getpriority(os.PRIO_PROCESS, 0))
+        r = run(sbx.run(PROCESS_CONTROL.format(victim=victim.pid, uid=os.getuid())))
+        after = (resource.prlimit(victim.pid, resource.RLIMIT_NOFILE), os.getpriority(os.PRIO_PROCESS, victim.pid),
+                 os.sched_getaffinity(victim.pid), os.getpriority(os.PRIO_PROCESS, 0))
+        alive = victim.poll() is None
+    finally: victim.kill(); victim.wait()
+    print(WHO, iso.get('process_guard'), r.stdout)
+    assert r.status == 'ok' and 'DONE own child' in r.stdout and 'child 9' in r.stdout, r
+    mine = ('own child',) + ('setpriority_user',) * (os.getuid() == 0)  # as root, user 0 means the caller's own uid
+    assert [l for l in r.stdout.splitlines() if l.startswith('DONE') and l[5:] not in mine] == [], r.stdout
+    assert alive and after == before, (before, after)
+    if not iso.get('pidns') and not iso.get('uid_pool'): assert iso.get('process_guard'), iso
+    next_call_works(sbx)
+
+
+@pytest.mark.timeout(60)
+def test_code_cannot_fake_a_sandbox_error(sbx):
+    "Exit 71 with 'sandbox setup failed' on stderr is the code's own error: failures travel on the status pipe."
+    r = run(sbx.run('import os, sys\nsys.stderr.write("sandbox setup failed: OSError(28)\\n")\nsys.stderr.flush()\nos._exit(71)'))
+    assert (r.status, r.return_code, r.message) == ('error', 71, ''), r
+
+
+@pytest.mark.timeout(60)
+def test_udp_and_netlink(sbx, iso):
+    "Without a network namespace: no UDP datagram reaches a host socket, no netlink dump lists host listeners."
+    needs(iso, ('netns', 'net_filter'))
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); udp.bind(('127.0.0.1', 0)); udp.setblocking(False)
+    tcp = socket.socket(); tcp.bind(('127.0.0.1', 0)); tcp.listen(1)
+    code = (f'import socket, struct\ntry:\n    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", {udp.getsockname()[1]})); print("SENT")\n'
+            'except OSError as e: print("udp refused", e.errno)\n'
+            'try:\n    n = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4)\n'
+            '    n.send(struct.pack("=IHHII", 72, 20, 0x301, 1, 0) + struct.pack("=BBBxI", 2, 6, 0, 0xffffffff) + bytes(48))\n'
+            '    ports, done = [], False\n    while not done:\n        data, off = n.recv(65536), 0\n'
+            '        while off < len(data):\n            ln, typ = struct.unpack_from("=IH", data, off)\n'
+            '            if typ in (2, 3): done = True; break\n'
+            '            ports.append(struct.unpack_from(">H", data, off + 20)[0]); off += (ln + 3) & ~3\n'
+            f'    print("LISTED" if {tcp.getsockname()[1]} in ports else "not listed", len(ports))\n'
+            'except OSError as e: print("netlink refused", e.errno)')
+    r = run(sbx.run(code))
+    try:
+        assert r.status == 'ok' and 'LISTED' not in r.stdout, r
+        with pytest.raises(BlockingIOError): udp.recv(16)  # nothing arrived
+    finally: udp.close(); tcp.close()
+    next_call_works(sbx)
+
+
+@pytest.mark.timeout(60)
+def test_posix_mqueue_does_not_persist(sbx, iso):
+    "A POSIX message queue dies with the call's IPC namespace; without one, seccomp refuses mq_open."
+    needs(iso, ('ipcns', 'seccomp'))
+    name = f'/tunix_{uuid.uuid4().hex[:10]}'.encode()
+    mq = f'import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nq = libc.mq_open({name!r}, {{flags}}, 0o666, None)\n'
+    a = run(sbx.run(mq.format(flags=0o102) + 'print("created", q >= 0, ctypes.get_errno())'))
+    b = run(sbx.run(mq.format(flags=2) + 'print("FOUND" if q >= 0 else "gone", ctypes.get_errno())'))
+    libc = ctypes.CDLL(None, use_errno=True)
+    on_host = libc.mq_open(name, 2) >= 0
+    if on_host: libc.mq_unlink(name)
+    if not iso.get('ipcns'): assert 'created True' not in a.stdout, a
+    else: assert (a.status, a.stdout.split()[:2]) == ('ok', ['created', 'True']), a
+    assert b.status == 'ok' and b.stdout.startswith('gone') and not on_host, (b, on_host)
+    next_call_works(sbx)
+
+
+@pytest.mark.timeout(60)
+def test_landlock_in_missing(sbx, iso):
+    "Without a filesystem view, `missing` names Landlock where the kernel (or the config) has none."
+    off = LocalSandbox(dataclasses.replace(sbx.config, landlock=False, isolation='best_effort'))
+    r = run(off.run('print(1)'))
+    assert (r.status, r.stdout) == ('ok', '1\n'), r
+    if iso.get('fs_view'): assert 'landlock' not in r.isolation['missing'] + iso['missing'], (r.isolation, iso)
+    else:
+        assert 'landlock' in r.isolation['missing'] and not r.isolation.get('landlock'), r.isolation
+        assert ('landlock' in iso['missing']) == (not iso.get('landlock')), iso
+
+
+@pytest.mark.timeout(60)
+def test_workdir_written_in_place_keeps_no_links(sbx, iso):
+    "Copied back, or written in place (no private /tmp): the workdir keeps no symlinks or setuid/setgid bits after the call."
+    wd = sbx.make_workdir()
+    code = ('import os\nos.makedirs("a/b")\nos.symlink("/etc/passwd", "a/b/link")\nopen("a/suid", "w").write("x")\n'
+            'os.chmod("a/suid", 0o6755)\nos.chmod("a/b", 0o2777)\nprint("made")')
+    try:
+        r = run(sbx.run(code, workdir=wd))
+        left = sorted(os.path.relpath(os.path.join(d, n), wd) for d, ds, fs in os.walk(wd) for n in ds + fs)
+        modes = [os.lstat(os.path.join(wd, n)).st_mode & 0o7777 for n in ('a/suid', 'a/b')]
+    finally: shutil.rmtree(wd, ignore_errors=True)
+    assert (r.status, r.stdout) == ('ok', 'made\n'), r
+    assert left == ['a', 'a/b', 'a/suid'] and modes == [0o755, 0o777], (left, modes)
+
+
+@pytest.mark.timeout(90)
+def test_copy_back_keeps_holes_drops_links(sbx, iso):
+    "30 sparse files of 60 MiB, 50 hard links to 8 MiB, a symlink, setuid/setgid bits: the host workdir stays within disk_mb."
+    needs(iso, 'private_tmp')
+    wd = sbx.make_workdir()
+    code = ('import os\nfor i in range(30):\n    with open(f"sparse{i}", "wb") as f: f.truncate(60 << 20); f.write(b"x")\n'
+            'open("dense", "wb").write(b"y" * (8 << 20))\nfor i in range(50): os.link("dense", f"h{i}")\n'
+            'os.symlink("/etc/passwd", "link")\nopen("suid", "w").write("x"); os.chmod("suid", 0o6755)\n'
+            'os.mkdir("sgid"); os.chmod("sgid", 0o2777)\nprint("made")')
+    try:
+        a = run(sbx.run(code, workdir=wd))
+        used = sum(os.lstat(os.path.join(d, n)).st_blocks * 512 for d, ds, fs in os.walk(wd) for n in ds + fs)
+        names, sp = sorted(os.listdir(wd)), os.stat(os.path.join(wd, 'sparse29'))
+        modes = [os.stat(os.path.join(wd, n)).st_mode & 0o7777 for n in ('suid', 'sgid')]
+        b = run(sbx.run('import os\nprint(os.path.getsize("sparse29"), os.path.getsize("dense"))', workdir=wd))
+    finally: shutil.rmtree(wd, ignore_errors=True)
+    print(f'{WHO}: host workdir {used >> 10} KiB allocated, {names}')
+    assert (a.status, a.stdout) == ('ok', 'made\n'), a
+    assert names == sorted(['dense', 'sgid', 'suid'] + [f'sparse{i}' for i in range(30)]), names
+    assert used <= CFG.disk_mb << 20 and sp.st_size == 60 << 20 and sp.st_blocks * 512 < 1 << 20, (used, sp)
+    assert modes == [0o755, 0o777], modes
+    assert (b.status, b.stdout) == ('ok', f'{60 << 20} {8 << 20}\n'), b  # the episode's tool goes on
+
+
+@pytest.mark.timeout(120)
+def test_memory_total_bounds_concurrent_calls(sbx, iso):
+    "Two calls of 200 MiB each under a 352 MiB total: both cannot hold it at once."
+    needs(iso, 'cgroup')
+    total = CFG.memory_mb + CFG.disk_mb + 64
+    s = LocalSandbox(dataclasses.replace(sbx.config, memory_total_mb=total))
+    hold = ('import os, time\nfds = [os.memfd_create("m") for _ in range(10)]\n'  # RLIMIT_FSIZE bounds one memfd
+            'for fd in fds: os.write(fd, b"\\1" * (20 << 20))\nprint("held 200", flush=True)\ntime.sleep(8)')
+    async def go(): return await asyncio.gather(s.run(hold, timeout=30), s.run(hold, timeout=30))
+    rs = run(go())
+    print(WHO, [(r.status, r.stdout.strip(), r.isolation.get('memory_peak_mb')) for r in rs])
+    assert all(r.isolation.get('memory_total_mb') == total for r in rs), rs[0].isolation
+    assert all(r.status == 'killed' or 'held 200' in r.stdout for r in rs), rs  # held, or OOM-killed: nothing else
+    assert sum(r.status == 'ok' and 'held 200' in r.stdout for r in rs) <= 1, rs
+    next_call_works(s)
+
+
+@pytest.mark.timeout(60)
+def test_no_memory_bound_refused_by_default(sbx, iso):
+    "Without a cgroup (a non-root trainer with nothing delegated) the default refuses, naming it."
+    r = run(LocalSandbox(dataclasses.replace(sbx.config, isolation='auto')).run('print(1)'))
+    if 'cgroup' in iso['missing']: assert r.status == 'sandbox_error' and 'cgroup' in r.message, r
+    else: assert r.isolation.get('cgroup') and r.isolation.get('memory_total_mb'), r.isolation
+
+
+DELEGATED = r"""
+import asyncio, json, os, sys
+for leaf in sys.argv[1:]:  # the runtime's own leaf, inside a cgroup delegated to this user
+    with open(os.path.join(leaf, 'cgroup.procs'), 'w') as f: f.write('0')
+from tunix_agentic.tools.sandbox import LocalSandbox, SandboxConfig
+sbx = LocalSandbox(SandboxConfig.tiny(timeout_s=20.0, memory_mb=256, disk_mb=32))
+code = ("import os\nfds = []\nfor i in range(20):\n    fds.append(os.memfd_create('x'))\n"
+        "    os.write(fds[-1], b'\\1' * (32 << 20)); print('held', 32 * (i + 1), flush=True)")
+r = asyncio.run(sbx.run(code))
+print(json.dumps([os.geteuid(), r.status, r.isolation.get('cgroup'), r.isolation.get('memory_peak_mb'), r.isolation.get('missing')]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_delegated_cgroup_bounds_a_non_root_trainer(tmp_path):
+    "A non-root trainer in a leaf of a cgroup delegated to it (what systemd's Delegate=yes gives): default isolation, bounded."
+    if os.environ.get('TUNIX_SBX_UNPRIV') or DOCKER: pytest.skip('already a nested run')
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in ('useradd', 'runuser', 'unshare')):
+        pytest.skip('needs root, useradd, runuser and unshare')
+    from tunix_agentic.tools.cgroups import cgroup_bases
+    bases = cgroup_bases()
+    if not bases: pytest.skip('no writable cgroup here')
+    dirs = {k: os.readlink(f'/proc/self/fd/{fd}') for k, fd in bases.items()}
+    for fd in bases.values(): os.close(fd)
+    user = 'tsbx' + uuid.uuid4().hex[:8]
+    subprocess.run(['useradd', '--system', '--no-create-home', '--shell', '/usr/sbin/nologin', user], check=True)
+    uid, gid = pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid
+    tops = [os.path.join(d, 'tunix_deleg_' + uuid.uuid4().hex[:8]) for d in dirs.values()]
+    home = tempfile.mkdtemp(prefix='tunix_sbx_user_'); os.chmod(home, 0o777)
+    try:
+        for top in tops:  # delegate: the dir and its files to the user, its runtime leaf inside
+            os.mkdir(top); os.mkdir(top + '/runtime')
+            for d in (top, top + '/runtime'):
+                for n in [''] + os.listdir(d): os.chown(os.path.join(d, n), uid, gid)
+        script = os.path.join(home, 'deleg.py'); open(script, 'w').write(DELEGATED); os.chmod(script, 0o644)
+        top_pyenv, pre = _untraversable_top(sys.base_prefix), ''
+        if top_pyenv:
+            d, keep = top_pyenv
+            pre = (f'k=$(mktemp -d); mount --bind {keep} "$k"; mount -t tmpfs -o mode=755,size=1m tmpfs {d}; '
+                   f'mkdir -p {keep}; mount --move "$k" {keep}; ')
+        env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'), 'LANG': 'C.UTF-8', 'HOME': home,
+               'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': os.environ.get('PYTHONPATH', '')}
+        p = subprocess.run(['unshare', '--mount', '--propagation', 'private', 'sh', '-c', pre + 'exec runuser -u "$0" -- "$@"',
+                            user, sys.executable, script, *[t + '/runtime' for t in tops]],
+                           capture_output=True, text=True, env=env, cwd=home, timeout=100)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+        euid, status, cgroup, peak, missing = json.loads(p.stdout.splitlines()[-1])
+        print(f'non-root in a delegated cgroup: status {status}, cgroup {cgroup}, peak {peak} MiB, missing {missing}')
+        assert euid == uid and cgroup and missing == [], p.stdout
+        assert status in ('killed', 'error') and peak is not None and peak <= 256 + 32, p.stdout
+    finally:
+        _kill_uid(uid)
+        time.sleep(0.2)
+        for top in tops:
+            for d in sorted((os.path.join(top, n) for n in os.listdir(top) if os.path.isdir(os.path.join(top, n))), reverse=True):
+                for sub in [s for s in os.listdir(d) if os.path.isdir(os.path.join(d, s))]:
+                    try: os.rmdir(os.path.join(d, sub))
+                    except OSError: pass
+                try: os.rmdir(d)
+                except OSError: pass
+            try: os.rmdir(top)
+            except OSError: pass
+        subprocess.run(['userdel', user], capture_output=True)
+        shutil.rmtree(home, ignore_errors=True)

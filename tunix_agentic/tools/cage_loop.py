@@ -33,14 +33,20 @@ def ready(cfg: dict) -> dict:
     state = {'errors': [], 'view': [], 'cgroups': {}}
     userns = cfg.get('userns', True)  # False: behave as on a machine without user namespaces
     try:
-        state['cgroups'] = cgroups.cgroup_bases(state['errors']) if cfg.get('cgroup', True) else {}
-        cgroups.remove_stale(state['cgroups'])  # left by servers that were killed
+        state['outer'] = cgroups.cgroup_bases(state['errors']) if cfg.get('cgroup', True) else {}
+        cgroups.remove_stale(state['outer'])  # left by servers that were killed
+        if state['outer'] and cfg.get('memory_total'):  # ours, holding every call's
+            state['cgroups'] = cgroups.make_parent(state['outer'], f'tunix_sbx_{os.getpid()}',
+                                                   cfg['memory_total'])
+            state['total_mb'] = cfg['memory_total'] >> 20
+        else: state['cgroups'] = state['outer']
     except OSError as e: state['errors'].append(f'cgroup: {e}')
     try:
         if cfg.get('view', True) and (cage.ROOT or userns): state['view'] = cage.template(cfg)
     except OSError as e: state['errors'].append(f'filesystem view: {e}')
     state['userns'] = userns and cage.probe(cfg)
-    cage_server.STATE['allow'] = cage.view_paths(cfg['expose'])
+    cage_server.STATE.update(allow=cage.view_paths(cfg['expose']),
+                             landlock=cfg.get('landlock', True))
     for m in cfg['preload']:
         try: __import__(m)
         except ImportError: pass
@@ -208,6 +214,8 @@ def stop(self: Server) -> None:
     while left and time.monotonic() - t0 < 2:
         left = [n for n in left if not cgroups.remove_cgroup(self.state['cgroups'], n)]
         time.sleep(0.01 * bool(left))
+    if self.state.get('total_mb'):
+        cgroups.remove_cgroup(self.state['outer'], f'tunix_sbx_{os.getpid()}')
     os._exit(0)
 Server.stop = stop
 

@@ -4,11 +4,11 @@
 
 # %% auto #0
 __all__ = ['REQUIRED', 'STATE', 'load_sibling', 'read_call', 'user_setup', 'user', 'kill_all', 'reap', 'prepare', 'refusal',
-           'wait_call', 'copy_back', 'host_scratch', 'report', 'run_user', 'reaper', 'first_report', 'answer_failed',
-           'launch', 'cloned']
+           'wait_call', 'read_setup', 'copy_back', 'host_scratch', 'report', 'run_user', 'reaper', 'first_report',
+           'answer_failed', 'launch', 'cloned']
 
 # %% ../../nbs/01_tools/04a_cage_server.ipynb #c0cf4e50
-import fcntl, gc, importlib.util, json, os, resource, signal, socket, sys
+import _thread, fcntl, gc, importlib.util, json, os, resource, signal, socket, sys
 import tempfile, time, traceback, types
 from pathlib import Path
 
@@ -22,8 +22,8 @@ def load_sibling(name: str):
     mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
     return mod
 
-if _BY_PATH: cage, cgroups = load_sibling('cage'), load_sibling('cgroups')
-else: from tunix_agentic.tools import cage, cgroups
+if _BY_PATH: cage, cgroups, seccomp = (load_sibling(n) for n in ('cage', 'cgroups', 'seccomp'))
+else: from tunix_agentic.tools import cage, cgroups, seccomp
 
 # %% ../../nbs/01_tools/04a_cage_server.ipynb #378c257b
 def read_call(code_r: int) -> tuple[dict, str]:
@@ -36,7 +36,7 @@ def read_call(code_r: int) -> tuple[dict, str]:
 # %% ../../nbs/01_tools/04a_cage_server.ipynb #0972f368
 def user_setup(req: dict, rep: dict, private: dict, fds: tuple) -> None:
     "The call's process before its code: stdio, scratch dir, limits, uid, cage, environment."
-    out_w, err_w, wd, copied_w = fds
+    out_w, err_w, wd, setup_w, guard = fds
     null = os.open('/dev/null', os.O_RDONLY)
     os.dup2(null, 0); os.dup2(out_w, 1); os.dup2(err_w, 2)
     if rep.get('private_tmp'): os.chdir('/tmp')
@@ -44,25 +44,28 @@ def user_setup(req: dict, rep: dict, private: dict, fds: tuple) -> None:
     os.setsid()
     cage.oom_first()  # the OOM killer takes the code's processes, not its reaper
     for name, v in req['limits'].items(): resource.setrlimit(getattr(resource, name), (v, v))
-    if copied_w is not None:  # the workdir's files, never while a parallel call of the same
-        fcntl.flock(wd, fcntl.LOCK_SH)  # workdir copies back (it clears the dir first)
+    if wd is not None and rep.get('private_tmp'):  # the workdir's files, never while a parallel
+        fcntl.flock(wd, fcntl.LOCK_SH)  # call of the same workdir copies back (it clears it first)
         owner = (rep['uid'], req['gid']) if rep.get('uid_pool') else None  # root, before the drop
         cage.copy_tree(f'/proc/self/fd/{wd}', '/tmp', owner); fcntl.flock(wd, fcntl.LOCK_UN)
-        os.write(copied_w, b'1')  # the reaper copies back only a complete copy
+        os.write(setup_w, b'c')  # the reaper copies back only a complete copy
     if cage.ROOT and not rep.get('userns') and req['isolation'] != 'none':
         os.setgroups([]); os.setresgid(*[req['gid']] * 3); os.setresuid(*[rep['uid']] * 3)
         cage.prctl(4, 1)  # PR_SET_DUMPABLE: our own /proc/self/fd stays ours
     if rep.get('landlock'):  # no filesystem view of its own: read the allowlist, write its scratch
         dev = [f'/dev/{n}' for n in cage.DEVICES]
         cage.landlock(STATE['allow'], ['.', *dev], rep['landlock'])  # '.': no path walk
-    cage.close_except(())
+    cage.close_except({setup_w, guard.fileno() if guard else setup_w})
     if req['isolation'] != 'none':
         cage.fresh_keyring(); cage.drop_caps()
-        if rep.get('seccomp'): cage.seccomp(sysv=bool(rep.get('ipcns')))
+        fd = seccomp.install(sysv=bool(rep.get('ipcns')), inet=bool(rep.get('netns')),
+                             guard=bool(guard)) if rep.get('seccomp') else None
+        if guard: socket.send_fds(guard, [b'g'], [fd]); os.close(fd); guard.close()
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.clear()
     os.environ.update(private.get('env', {}), HOME=os.getcwd(), TMPDIR=os.getcwd())
+    os.close(setup_w)
 
 # %% ../../nbs/01_tools/04a_cage_server.ipynb #1f35e618
 def user(req: dict, rep: dict, code_r: int, fds: tuple) -> None:
@@ -72,7 +75,7 @@ def user(req: dict, rep: dict, code_r: int, fds: tuple) -> None:
         user_setup(req, rep, private, fds)
         del private
     except BaseException as e:
-        os.write(2, f'sandbox setup failed: {e!r}\n'.encode()); os._exit(71)
+        os.write(fds[3], f'!sandbox setup failed: {e!r}'.encode()); os._exit(71)
     gc.enable()  # off in the launcher and reaper: they exit before it would free anything
     main = types.ModuleType('__main__'); sys.modules['__main__'] = main
     sys.argv, sys.path[:0] = ['<code>'], [os.getcwd()]
@@ -116,7 +119,7 @@ def reap(target: int, block: bool, until: float | None = None):
             time.sleep(0.001)
 
 # %% ../../nbs/01_tools/04a_cage_server.ipynb #6c90ac80
-REQUIRED = ('mountns', 'netns', 'pidns', 'fs_view', 'private_tmp', 'own_proc')  # or refuse
+REQUIRED = ('mountns', 'netns', 'pidns', 'fs_view', 'private_tmp', 'own_proc', 'cgroup')
 STATE = {'allow': []}  # what a call may read without a view of its own (set by `ready`)
 
 def prepare(req: dict, rep: dict) -> None:
@@ -128,15 +131,22 @@ def prepare(req: dict, rep: dict) -> None:
                 cage.mount('proc', '/proc', 'proc', cage.MS_NOSUID | cage.MS_NODEV | cage.MS_NOEXEC)
                 rep['own_proc'] = True
         except OSError as e: rep['errors'].append(f'private tmp: {e}')
-    rep['seccomp'] = req['isolation'] != 'none' and cage.SECCOMP is not None
+    caged = req['isolation'] != 'none'
+    rep['seccomp'] = caged and bool(seccomp.PROGRAMS)
+    rep['net_filter'] = rep['seccomp'] and not rep.get('netns')  # no socket but AF_UNIX pairs
+    rep['process_guard'] = caged and not rep.get('pidns') and not rep.get('uid_pool')  # our uid
     rep['disk_bound'] = bool(rep.get('private_tmp'))  # else only RLIMIT_FSIZE, per file
-    if not rep.get('fs_view') and req['isolation'] != 'none' and cage.landlock_abi():
-        abi = cage.landlock_abi()
+    abi = cage.landlock_abi() if STATE.get('landlock', True) else 0
+    if not rep.get('fs_view') and caged and abi:
         rep.update(landlock=abi, landlock_tcp=abi >= 4, landlock_scope=abi >= 6)
     rep['missing'] = [k for k in req['want'] if not rep.get(k)]
+    if caged and not rep.get('fs_view') and not rep.get('landlock'):
+        rep['missing'].append('landlock')
 
 def refusal(req: dict, rep: dict) -> str | None:
     "Why this call may not run here, naming the one setting that accepts weaker isolation."
+    if rep.get('process_guard') and not rep.get('seccomp'):  # our uid, no filter: never
+        return f'no seccomp filter on {os.uname().machine}: calls would run as the trainer\'s uid'
     if req['isolation'] == 'strict' and rep['missing']:
         return f"isolation='strict' but not available: {rep['missing']}"
     gaps = [k for k in REQUIRED if k in rep['missing']]
@@ -156,19 +166,26 @@ def wait_call(u: int, deadline: float, out: dict):
         st = reap(u, block=False)
     return st
 
-def copy_back(req: dict, rep: dict, wd: int, copied_r: int) -> None:
-    "The call's /tmp back into its workdir, only if the call got the whole workdir in."
-    os.set_blocking(copied_r, False)
-    try: copied = os.read(copied_r, 1) == b'1'
-    except BlockingIOError: copied = False
+def read_setup(setup_r: int) -> bytes:
+    "What U said about its setup (U is gone: the pipe holds all of it)."
+    os.set_blocking(setup_r, False)
+    try: return os.read(setup_r, 1 << 16)
+    except BlockingIOError: return b''
+    finally: os.close(setup_r)
+
+def copy_back(req: dict, rep: dict, wd: int) -> None:
+    "The call's /tmp back into its workdir, within the call's disk budget, links left out."
     owner = (req['uid'], req['gid']) if os.geteuid() == 0 else None
     try:
-        if copied:
-            fcntl.flock(wd, fcntl.LOCK_EX)  # no parallel call of this workdir mid-copy
-            cage.clear_dir(f'/proc/self/fd/{wd}')
-            deep = cage.copy_tree('/tmp', f'/proc/self/fd/{wd}', owner)
-            if deep:
-                rep['errors'].append(f'copy back: {deep} dirs below depth {cage.MAX_DEPTH} dropped')
+        fcntl.flock(wd, fcntl.LOCK_EX)  # no parallel call of this workdir mid-copy
+        cage.clear_dir(f'/proc/self/fd/{wd}')
+        left = cage.copy_tree('/tmp', f'/proc/self/fd/{wd}', owner, budget=req['disk_mb'] << 20)
+        if left['deep']:
+            rep['errors'].append(f"copy back: {left['deep']} dirs below depth {cage.MAX_DEPTH} "
+                                 'dropped')
+        if left['links'] or left['budget']:
+            rep['errors'].append(f"copy back: left out {left['links']} links and {left['budget']} "
+                                 f"entries beyond disk_mb={req['disk_mb']} MiB")
     except OSError as e: rep['errors'].append(f'copy back: {e}')
     finally: fcntl.flock(wd, fcntl.LOCK_UN)
 
@@ -190,11 +207,15 @@ def report(st_w: int, out: dict, rep: dict) -> None:
 def run_user(req: dict, rep: dict, fds: list, wd, out: dict):
     "Fork the user process, wait for it or the deadline, kill the rest; its exit status into `out`."
     code_r, out_w, err_w, st_w = fds
-    copied_r, copied_w = os.pipe() if wd is not None and rep.get('private_tmp') else (None, None)
+    (setup_r, setup_w), guard = os.pipe(), rep.get('process_guard') and socket.socketpair()
     u = os.fork()
-    if u == 0: os.close(st_w); user(req, rep, code_r, (out_w, err_w, wd, copied_w))
-    for fd in (code_r, out_w, err_w, copied_w):
-        if fd is not None: os.close(fd)
+    if u == 0:
+        for f in (st_w, setup_r): os.close(f)
+        if guard: guard[0].close()
+        user(req, rep, code_r, (out_w, err_w, wd, setup_w, guard and guard[1]))
+    for fd in (code_r, out_w, err_w, setup_w): os.close(fd)
+    if guard: guard[1].close(); _thread.start_new_thread(seccomp.supervise, (guard[0], os.getpid()))
+    if not rep.get('pidns'): cage.prctl(4, 0)  # not dumpable: our fds stay out of the call's reach
     st = wait_call(u, out.pop('deadline'), out)
     kill_all(rep, u)
     last = reap(u, block=True, until=None if rep.get('pidns') else time.monotonic() + 2)
@@ -205,7 +226,9 @@ def run_user(req: dict, rep: dict, fds: list, wd, out: dict):
     ru, me = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
     out['cpu_s'] = round(ru.ru_utime + ru.ru_stime, 4)  # the code's processes
     out['reaper_cpu_s'] = round(me.ru_utime + me.ru_stime, 4)
-    if copied_r is not None: copy_back(req, rep, wd, copied_r)  # the code's tree is gone
+    setup = read_setup(setup_r)  # the code's tree is gone
+    if b'!' in setup: out['setup_error'] = setup.partition(b'!')[2].decode('utf-8', 'replace')
+    if wd is not None and rep.get('private_tmp') and setup.startswith(b'c'): copy_back(req, rep, wd)
 
 # %% ../../nbs/01_tools/04a_cage_server.ipynb #bf83a513
 def reaper(req: dict, rep: dict, ctl: socket.socket) -> None:
@@ -227,6 +250,10 @@ def reaper(req: dict, rep: dict, ctl: socket.socket) -> None:
     if own: cage.chown_tree(wd, rep['uid'], req['gid'])  # the code works in it: its uid's
     if not out['setup_error']: del out['setup_error']; run_user(req, rep, fds[:4], wd, out)
     if own: cage.chown_tree(wd, req['uid'], req['gid'])  # and back
+    try:  # what the code wrote in place in its workdir: no links or setuid bits left
+        if wd is not None and not (scratch or rep.get('private_tmp')) and rep.get('seccomp'):
+            cage.scrub_tree(wd)
+    except OSError as e: rep['errors'].append(f'workdir scrub: {e}')
     out.pop('deadline', None)
     if scratch: cage.remove_tree(scratch)
     rep['memory_peak_mb'] = cgroups.read_peak(STATE.get('peak'))
@@ -236,7 +263,8 @@ def reaper(req: dict, rep: dict, ctl: socket.socket) -> None:
 def first_report(state: dict, spawn: str) -> dict:
     "The call's isolation report as the server readied it; `spawn`: 'launcher' or 'clone'."
     return {'backend': 'forkserver', 'spawn': spawn, 'fs_view': bool(state['view']),
-            'view': state['view'], 'errors': list(state['errors'])}
+            'view': state['view'], 'errors': list(state['errors']),
+            'memory_total_mb': state.get('total_mb')}
 
 def answer_failed(ctl: socket.socket, rep: dict, e: BaseException) -> None:
     "Setup failed before the reaper ran: wait for the call and answer it with the error."

@@ -36,6 +36,8 @@ class SandboxConfig:
     disk_inodes: int = 16384  # files and dirs in that tmpfs
     isolation: str = 'auto'  # refuse without net/PID/mount ns | 'best_effort' | 'strict' | 'none'
     userns: bool = True  # False: no user namespaces, as on machines without them (tests)
+    landlock: bool = True  # False: no Landlock, as on kernels without it (tests)
+    memory_total_mb: int | None = None  # all concurrent calls together (cgroup); None: half the RAM
     pool_size: int = 4  # launchers the fork server keeps ready, namespaces and all
     uid: int = 65534  # the code's uid (and, as root, its user namespace's owner)
     gid: int = 65534
@@ -53,6 +55,10 @@ class SandboxConfig:
                   'max_output_bytes', 'disk_mb', 'disk_inodes'):
             if not getattr(self, f) > 0:
                 raise ValueError(f'SandboxConfig.{f} must be > 0, got {getattr(self, f)!r}')
+        least = self.memory_mb + self.disk_mb
+        if self.memory_total_mb is not None and self.memory_total_mb < least:
+            raise ValueError(f'SandboxConfig.memory_total_mb must be >= memory_mb + disk_mb '
+                             f'({least}), got {self.memory_total_mb!r}')
         if not 0 < self.uid_pool < 2**32 - 2**16:
             raise ValueError(f'SandboxConfig.uid_pool must be in (0, 2**32 - 65536), got '
                              f'{self.uid_pool!r}')
@@ -85,10 +91,16 @@ _WANT = ('userns', 'mountns', 'netns', 'ipcns', 'utsns', 'pidns', 'fs_view', 'pr
          'own_proc', 'reaper', 'nproc_per_call', 'seccomp', 'cgroup',
          'disk_bound')  # what 'strict' requires
 
+def _total_mb(c: SandboxConfig) -> int:
+    "The calls' memory together: the config's, or half the machine's."
+    ram = os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') >> 20
+    return c.memory_total_mb or max(ram // 2, c.memory_mb + c.disk_mb)
+
 def _python_paths(python: str) -> list[str]:
     "Directories the sandboxed interpreter must still see when home directories are hidden."
     ps = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-          os.path.dirname(os.path.dirname(os.path.realpath(python)))}
+          os.path.dirname(os.path.dirname(os.path.realpath(python))),
+          os.path.dirname(os.path.dirname(os.path.abspath(python)))}  # a venv: its own prefix
     try: ps.update(site.getsitepackages())
     except AttributeError: pass
     return sorted(p for p in ps if p)
@@ -102,7 +114,7 @@ class LocalSandbox:
         self.setup = dict(view=c.isolation != 'none',  # 'none' gets a server of its own
                           expose=_python_paths(c.python) + list(c.expose),
                           preload=list(c.preload), uid=c.uid, gid=c.gid, userns=c.userns,
-                          pool=c.pool_size)
+                          pool=c.pool_size, landlock=c.landlock, memory_total=_total_mb(c) << 20)
     def __repr__(self): return f'LocalSandbox({self.config})'
     def server(self) -> ForkServer:
         "The warm fork server of this sandbox's settings (started on first use)."
@@ -152,8 +164,6 @@ def _result(d: dict, timeout: float) -> SandboxResult:
         sig = d['signal']
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
         r.status, r.message, r.return_code = 'killed', f'killed by {name}', 128 + sig
-    elif r.return_code == 71 and r.stderr.startswith('sandbox setup failed'):
-        r.status, r.message = 'sandbox_error', r.stderr.strip()[:500]
     elif r.return_code != 0: r.status = 'error'
     return r
 
