@@ -266,8 +266,9 @@ def test_tool_output_cannot_forge_special_tokens(template):
 @pytest.mark.parametrize('template', ['tiny', 'qwen2_5', 'qwen3'])
 def test_planted_drift_is_caught_after_the_checked_uses(template):
     """The prefix check encodes only the sampled turns once its first uses agreed with whole
-    encodes (`chat._SHORTCUT_CHECKS`); drift planted after that is still found, and measured."""
-    from tunix_agentic.chat.encoder import _LEDGERS, _SHORTCUT_CHECKS, _Shortcut
+    encodes (`chat.tokens.SHORTCUT_CHECKS`); drift planted after that is still found, and measured."""
+    from tunix_agentic.chat.encoder import _LEDGERS
+    from tunix_agentic.chat.tokens import SHORTCUT_CHECKS as _SHORTCUT_CHECKS, Shortcut as _Shortcut
     tok = tokenizer_for(template)
     think = template != 'qwen2_5'
     for _ in range(_SHORTCUT_CHECKS + 1):

@@ -10,6 +10,7 @@ from fastcore.basics import patch
 from ..core.trajectory import ToolCall
 from .template import ChatFormat, chat_format, describe_tokenizer
 from .tokens import (Drift, ChatDriftError, token_drift, truncate_tokens,
+    Shortcut, SHORTCUT_CHECKS, per_tokenizer,
     escape_special_tokens, turn_tokens, mask_runs, response_spans, chat_renderer, text_encoder,
     text_decoder, json_copy, added_tokens, spliced_ids_ok)
 
@@ -72,6 +73,8 @@ class EpisodeEncoder:
     def __repr__(self):
         return (f'EpisodeEncoder({len(self.messages)} messages, {len(self.input_ids)} ids, '
                 f'{sum(self.response_mask)} sampled, max_seq_len {self.max_seq_len})')
+    @property
+    def who(self) -> str: return describe_tokenizer(self.tokenizer)  # names it in warnings
 
 # %% ../../nbs/02_chat/05_encoder.ipynb #61404572
 @patch
@@ -115,36 +118,16 @@ def _prepare(self: EpisodeEncoder, m: dict) -> dict:
     return m
 
 # %% ../../nbs/02_chat/05_encoder.ipynb #f7703303
-_SHORTCUT_CHECKS = 8  # first uses of each shortcut compared with the full path
 _HEAD_CACHE = 64  # heads kept per tokenizer, least recently used dropped first
 _HEADS = weakref.WeakKeyDictionary()   # tokenizer -> {(template, tools, kwargs, system): _Head}
-_DELTAS = weakref.WeakKeyDictionary()  # tokenizer -> {(template, kwargs): _Shortcut}
-_LEDGERS = weakref.WeakKeyDictionary()  # tokenizer -> {(template, kwargs): _Shortcut}
+_DELTAS = weakref.WeakKeyDictionary()  # tokenizer -> {(template, kwargs): Shortcut}
+_LEDGERS = weakref.WeakKeyDictionary()  # tokenizer -> {(template, kwargs): Shortcut}
 _PLACEHOLDER = '\x00first-message\x00'
 
 @dataclass
-class _Shortcut:
-    "A faster path, compared with the full one on its first uses; one mismatch turns it off."
-    checks: int = 0
-    ok: bool = True
-    @property
-    def checking(self) -> bool: return self.checks < _SHORTCUT_CHECKS
-    def agrees(self, same: bool, tokenizer, warning: str) -> bool:
-        "Count one comparison with the full path; on a mismatch, warn and stay off."
-        self.checks += 1
-        if not same: self.ok = False; _log.warning('%s: %s', describe_tokenizer(tokenizer), warning)
-        return same
-
-@dataclass
-class _Head(_Shortcut):
+class _Head(Shortcut):
     text: str = ''
     ids: list = field(default_factory=list)
-
-def _cache(store, tokenizer, make=dict) -> dict:
-    try:
-        if (c := store.get(tokenizer)) is None: c = store[tokenizer] = make()
-        return c
-    except TypeError: return make()  # not weakly referenceable: nothing cached
 
 def _json(x) -> str: return json.dumps(x, sort_keys=True, default=str)
 
@@ -161,7 +144,7 @@ def _key(self: EpisodeEncoder, *more) -> tuple:
 def _head(self: EpisodeEncoder, messages: list[dict]) -> _Head | None:
     "The cached text and ids the conversation starts with (up to its first non-system message)."
     system = messages[0] if messages and messages[0].get('role') == 'system' else None
-    cache = _cache(_HEADS, self.tokenizer, collections.OrderedDict)
+    cache = per_tokenizer(_HEADS, self.tokenizer, collections.OrderedDict)
     key = self._key(_json(system))
     if key in cache: cache.move_to_end(key)
     else:
@@ -182,12 +165,15 @@ def _encode_rendered(self: EpisodeEncoder, text: str, pieces: list | None = None
     "`encode(text)` of a render of `self.messages`, reusing the ids of its head; adds to `pieces`."
     h, out = self._head(self.messages), pieces if pieces is not None else []
     if h is None or not text.startswith(h.text):
-        ids = self.encode(text); out.append((text, len(ids), False)); return ids
+        ids = self.encode(text)
+        out.append((text, len(ids), False))
+        return ids
     rest = self.encode(text[len(h.text):])
-    if h.checking and not h.agrees(h.ids + rest == (whole := self.encode(text)), self.tokenizer,
+    if h.checking and not h.agrees(h.ids + rest == (whole := self.encode(text)), self.who,
                                    'the cached ids of the system prompt and tools do not splice '
                                    'exactly; encoding whole prompts from now on'):
-        out.append((text, len(whole), False)); return whole
+        out.append((text, len(whole), False))
+        return whole
     out += [(h.text, len(h.ids), False), (text[len(h.text):], len(rest), False)]
     return h.ids + rest
 
@@ -228,7 +214,9 @@ def add_assistant(self: EpisodeEncoder,
         message = {'role': 'assistant', 'content': self.decode(ids[:-1] if self._closed else ids)}
     message = self._prepare({'role': 'assistant', **message})
     if self._ledger is not None: self._ledger.append((self.decode(ids), len(ids), True))
-    self.input_ids += ids; self.response_mask += [1] * len(ids); self.logprobs += lps
+    self.input_ids += ids
+    self.response_mask += [1] * len(ids)
+    self.logprobs += lps
     self.messages.append(message)
     self._anchor, self._n_anchor = len(self.input_ids), len(self.messages)
     self._ledger_anchor = len(self._ledger or ())
@@ -264,7 +252,7 @@ def _tail_text(self: EpisodeEncoder, history: list[dict], new: list[dict], n_anc
 @patch
 def _delta_text(self: EpisodeEncoder, new: list[dict]) -> str:
     "The text after the last assistant turn: from a short context, checked against the full one."
-    state = _cache(_DELTAS, self.tokenizer).setdefault(self._key()[::2], _Shortcut())
+    state = per_tokenizer(_DELTAS, self.tokenizer).setdefault(self._key()[::2], Shortcut())
     if not state.ok: return self._tail_text(self.messages, new, self._n_anchor)
     keep = max(self._n_anchor - 2, 1)  # the first message, then from the one before the last turn
     short = self.messages[:1] + self.messages[keep:]
@@ -274,7 +262,7 @@ def _delta_text(self: EpisodeEncoder, new: list[dict]) -> str:
     self.metrics['history_rewrites'] = rewrites  # counted by the full render only
     if state.checking or text is None:
         full = self._tail_text(self.messages, new, self._n_anchor)
-        state.agrees(text == full, self.tokenizer, 'delta renders of a short context differ from '
+        state.agrees(text == full, self.who, 'delta renders of a short context differ from '
                      'full renders; rendering whole conversations from now on')
         return full
     return text
@@ -327,7 +315,9 @@ def truncate(self: EpisodeEncoder, n_ids: int, n_msgs: int | None = None):
     k, at = 0, 0
     while k < len(self._ledger) and at < n_ids: at, k = at + self._ledger[k][1], k + 1
     if at != n_ids: self._ledger = None  # cut inside a piece: the prefix check renders in full
-    else: del self._ledger[k:]; self._ledger_anchor = min(self._ledger_anchor, k)
+    else:
+        del self._ledger[k:]
+        self._ledger_anchor = min(self._ledger_anchor, k)
 
 # %% ../../nbs/02_chat/05_encoder.ipynb #c502b300
 @patch
@@ -344,7 +334,7 @@ def _expected_ids(self: EpisodeEncoder, text: str, ends_assistant: bool) -> list
 @patch
 def _ledger_proves(self: EpisodeEncoder, text: str, ends_assistant: bool) -> bool:
     "Do the pieces our ids were built from show they are `encode(text)` (cut as `_expected_ids`)?"
-    state = _cache(_LEDGERS, self.tokenizer).setdefault(self._key()[::2], _Shortcut())
+    state = per_tokenizer(_LEDGERS, self.tokenizer).setdefault(self._key()[::2], Shortcut())
     if self._ledger is None or not state.ok: return False
     i = text.rfind(self.eot_text) if ends_assistant else -1
     cut = text if i < 0 else text[:i + len(self.eot_text)] if self._closed else text[:i]
@@ -352,7 +342,7 @@ def _ledger_proves(self: EpisodeEncoder, text: str, ends_assistant: bool) -> boo
     if not spliced_ids_ok(self.encode, self._ledger, self.input_ids, added_tokens(self.tokenizer)):
         return False
     return not state.checking or state.agrees(
-        self._expected_ids(text, ends_assistant) == self.input_ids, self.tokenizer,
+        self._expected_ids(text, ends_assistant) == self.input_ids, self.who,
         'the prefix check from the encoded pieces differs from a whole encode; encoding whole '
         'conversations from now on')
 

@@ -45,7 +45,9 @@ class JsonScanner:
             if i == len(s): return -1
             self.state = 'value' if s[i] in '{[' else 'bad'
         while self.state == 'value' and i < len(s):
-            if self.escaped: self.escaped, i = False, i + 1; continue
+            if self.escaped:
+                self.escaped, i = False, i + 1
+                continue
             m = (_IN_STRING if self.in_string else _OUTSIDE).search(s, i)
             if m is None: return -1
             i, ch = m.end(), m.group()
@@ -56,7 +58,9 @@ class JsonScanner:
                 if self.depth > self.max_depth: self.state = 'too_deep'
             elif (depth := self.depth - 1) >= 0:
                 self.depth = depth
-                if depth == 0: self.state = 'done'; return i
+                if depth == 0:
+                    self.state = 'done'
+                    return i
         return -1
 
 # %% ../../nbs/02_chat/00_parsers.ipynb #b0fc9480
@@ -151,7 +155,9 @@ class ToolParser:
             return ParseResult(content=text, errors=[err])
         taken = set()
         for c in res.calls:
-            if c.id: c.id = unique_id(c.id, taken); taken.add(c.id)
+            if c.id:
+                c.id = unique_id(c.id, taken)
+                taken.add(c.id)
         return res
     def _parse(self, text: str) -> ParseResult: raise NotImplementedError
     def format_calls(self, calls: list[ToolCall], content: str = '') -> str:
@@ -172,7 +178,9 @@ class QwenToolParser(ToolParser):
         if th:  # `</think>` before any tag: the prompt opened the think block
             j = text.find(th[1])
             first = min((k for k in (text.find(o), text.find(th[0])) if k >= 0), default=-1)
-            if j >= 0 and (first < 0 or j < first): reasons.append(text[:j]); pos = j + len(th[1])
+            if j >= 0 and (first < 0 or j < first):
+                reasons.append(text[:j])
+                pos = j + len(th[1])
         while True:
             i, t = text.find(o, pos), (text.find(th[0], pos) if th else -1)
             if 0 <= t and (i < 0 or t < i):  # a think block: reasoning; calls inside are ignored
@@ -180,8 +188,11 @@ class QwenToolParser(ToolParser):
                 k = text.find(th[1], t + len(th[0]))
                 reasons.append(text[t + len(th[0]):] if k < 0 else text[t + len(th[0]):k])
                 if k < 0: break
-                pos = k + len(th[1]); continue
-            if i < 0: parts.append(text[pos:]); break
+                pos = k + len(th[1])
+                continue
+            if i < 0:
+                parts.append(text[pos:])
+                break
             parts.append(text[pos:i])
             pos = self._block(text, i + len(o), res)
             if pos < 0: break
@@ -198,7 +209,8 @@ def _block(self: QwenToolParser, text: str, start: int, res: ParseResult) -> int
     e = json_end(text, start)  # message would have to be broken (an invisible \u200b) for the model
     if e >= 0 and (text.startswith(c, e) or e == len(text)):
         got, errs = calls_from_text(text[start:e], f'{tag} block')
-        res.calls += got; res.errors += errs
+        res.calls += got
+        res.errors += errs
         return -1 if e == len(text) else e + len(c)
     j, k = text.find(c, start), text.find(o, start)
     if 0 <= k and (j < 0 or k < j):
@@ -207,7 +219,8 @@ def _block(self: QwenToolParser, text: str, start: int, res: ParseResult) -> int
         return k
     where = f'{tag} block' if j >= 0 else f'unclosed {tag} block'
     got, errs = calls_from_text(text[start:] if j < 0 else text[start:j], where)
-    res.calls += got; res.errors += errs
+    res.calls += got
+    res.errors += errs
     return -1 if j < 0 else j + len(c)
 
 # %% ../../nbs/02_chat/00_parsers.ipynb #6659ff43

@@ -113,7 +113,8 @@ def _cached_backend(ranks_path: Path, cache_dir) -> dict:
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
         tmp = file.with_suffix(f'.{os.getpid()}.tmp')
-        backend.save(str(tmp)); os.replace(tmp, file)  # atomic: readers never see half a file
+        backend.save(str(tmp))
+        os.replace(tmp, file)  # atomic: readers never see half a file
         return {'tokenizer_file': str(file)}
     except OSError as e:
         _log.warning('cannot cache the Qwen2.5 tokenizer at %s (%s); rebuilt each time', file, e)

@@ -218,8 +218,12 @@ def _train_bpe(num_merges: int = NUM_MERGES) -> tuple[dict[str, int], list[tuple
             if len(s) < 2: continue
             out, i = [], 0
             while i < len(s):
-                if i + 1 < len(s) and (s[i], s[i + 1]) == best: out.append(s[i] + s[i + 1]); i += 2
-                else: out.append(s[i]); i += 1
+                if i + 1 < len(s) and (s[i], s[i + 1]) == best:
+                    out.append(s[i] + s[i + 1])
+                    i += 2
+                else:
+                    out.append(s[i])
+                    i += 1
             seqs[w] = tuple(out)
     return vocab, merges
 

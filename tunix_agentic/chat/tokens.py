@@ -4,14 +4,17 @@
 
 # %% ../../nbs/02_chat/04_tokens.ipynb #3dcfffc3
 from __future__ import annotations
-import copy, functools, weakref
+import copy, functools, logging, weakref
 import numpy as np
 from dataclasses import dataclass
 
+_log = logging.getLogger(__name__)
+
 # %% auto #0
-__all__ = ['Drift', 'ChatDriftError', 'token_drift', 'compiled_template', 'chat_renderer', 'text_encoder', 'text_decoder',
-           'json_copy', 'AddedTokens', 'added_tokens', 'spliced_ids_ok', 'truncate_tokens', 'turn_tokens',
-           'escape_special_tokens', 'mask_runs', 'response_spans', 'common_prefix_len']
+__all__ = ['SHORTCUT_CHECKS', 'Drift', 'ChatDriftError', 'token_drift', 'compiled_template', 'chat_renderer', 'text_encoder',
+           'text_decoder', 'json_copy', 'AddedTokens', 'added_tokens', 'spliced_ids_ok', 'truncate_tokens',
+           'turn_tokens', 'escape_special_tokens', 'mask_runs', 'response_spans', 'common_prefix_len', 'Shortcut',
+           'per_tokenizer']
 
 # %% ../../nbs/02_chat/04_tokens.ipynb #b690315c
 @dataclass(frozen=True)
@@ -228,7 +231,8 @@ def mask_runs(mask) -> list[tuple[int, int, int]]:
     out, start = [], 0
     for i in range(1, len(mask) + 1):
         if i == len(mask) or mask[i] != mask[start]:
-            out.append((start, i, int(mask[start]))); start = i
+            out.append((start, i, int(mask[start])))
+            start = i
     return out
 
 def response_spans(mask) -> list[tuple[int, int]]:
@@ -246,3 +250,28 @@ def common_prefix_len(seqs: list[list[int]], multiple: int, max_len: int | None 
         diff = np.flatnonzero(np.asarray(s[:n]) != first[:n])
         if diff.size: n = int(diff[0])
     return max(n, 0) // multiple * multiple
+
+# %% ../../nbs/02_chat/04_tokens.ipynb #c0bef04e
+SHORTCUT_CHECKS = 8  # first uses of each shortcut compared with the full path
+
+@dataclass
+class Shortcut:
+    "A faster path, compared with the full one on its first uses; one mismatch turns it off."
+    checks: int = 0
+    ok: bool = True
+    @property
+    def checking(self) -> bool: return self.checks < SHORTCUT_CHECKS
+    def agrees(self, same: bool, who: str, warning: str) -> bool:
+        "Count one comparison with the full path; on a mismatch, warn (naming `who`), stay off."
+        self.checks += 1
+        if not same:
+            self.ok = False
+            _log.warning('%s: %s', who, warning)
+        return same
+
+def per_tokenizer(store: weakref.WeakKeyDictionary, tokenizer, make=dict) -> dict:
+    "`store`'s entry for `tokenizer`, made on first use (a fresh one if it is not weakly referable)."
+    try:
+        if (c := store.get(tokenizer)) is None: c = store[tokenizer] = make()
+        return c
+    except TypeError: return make()  # not weakly referenceable: nothing cached

@@ -80,7 +80,9 @@ class ToolCall(JsonRecord):
 def unique_id(base: str, taken: Container[str]) -> str:
     "`base`, or `base_<k>` with the smallest `k` not `taken`: a call id unique within its turn."
     cid, k = base, 0
-    while cid in taken: k += 1; cid = f'{base}_{k}'
+    while cid in taken:
+        k += 1
+        cid = f'{base}_{k}'
     return cid
 
 # %% ../../nbs/00_core/00_trajectory.ipynb #b0bd979b

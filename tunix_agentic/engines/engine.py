@@ -105,7 +105,8 @@ async def _drain_loop(self: RequestBatcher):
         live = [r for r in self._queue if not r[2].done()]
         if self.lockstep:
             while live and len(live) < self._active:  # someone is still on its way (a tool call)
-                self._changed.clear(); await self._changed.wait()
+                self._changed.clear()
+                await self._changed.wait()
                 live = [r for r in self._queue if not r[2].done()]
             live.sort(key=lambda r: (len(r[0]), -1 if r[1].seed is None else r[1].seed, r[0]))
         batch, self._queue = live[:self.max_batch_size], live[self.max_batch_size:]
@@ -152,7 +153,9 @@ def close(self: RequestBatcher):
     for *_, f in self._queue:
         if not f.done(): f.get_loop().call_soon_threadsafe(f.cancel)
     self._queue = []
-    if self._executor is not None: self._executor.shutdown(wait=False); self._executor = None
+    if self._executor is not None:
+        self._executor.shutdown(wait=False)
+        self._executor = None
 
 # %% ../../nbs/05_engines/00_engine.ipynb #204591d3
 def as_params_list(params: SamplingParams | Sequence[SamplingParams] | None,

@@ -37,7 +37,9 @@ class PrefixCache:
         return f'PrefixCache({len(self)} entries, {self.tokens}/{self.max_tokens} tokens)'
     def clear(self):
         "Forget every entry (new weights make all keys/values stale)."
-        self._entries.clear(); self._lengths.clear(); self.tokens = 0
+        self._entries.clear()
+        self._lengths.clear()
+        self.tokens = 0
 
 # %% ../../nbs/05_engines/01_prefix_cache.ipynb #9feaf5aa
 def _drop(self: PrefixCache, key: tuple[int, int]):
@@ -70,7 +72,8 @@ def _take(self: PrefixCache, prompts: Sequence[Sequence[int]]) -> list[tuple[int
             if h is None: h, arr = prefix_hashes(p), np.asarray(p, np.int64)
             key = (n, int(h[n - 1]))
             if key in self._entries and np.array_equal(self._entries[key][0], arr[:n]):
-                hit = key; break
+                hit = key
+                break
         out.append(None if hit is None else (hit[0], self._entries[hit][1]))
         if hit is not None: used.add(hit)
     for key in used: _drop(self, key)

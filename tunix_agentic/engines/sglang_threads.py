@@ -78,7 +78,8 @@ def end_engine_threads(engine, sched, threads: dict, idle: IdleWait | None,
         s.setsockopt(zmq.LINGER, 2000)
         s.connect(engine.port_args.detokenizer_ipc_name)
         s.send(pickle.dumps(_ExitOnLoad()))
-        s.close(); ctx.term()
+        s.close()
+        ctx.term()
     end = time.monotonic() + timeout_s
     for role in ('scheduler', 'detokenizer', 'sync'):  # the watchdog ends at its next wake-up
         if role in threads: threads[role].join(max(0.0, end - time.monotonic()))

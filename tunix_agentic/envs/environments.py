@@ -122,7 +122,8 @@ TOOLSETS: dict[str, Callable[[], list]] = Registry('toolset')
 def register_env(name: str):
     "Class decorator: make an environment buildable by name."
     def deco(cls):
-        ENV_REGISTRY[name] = cls; cls.name = name
+        ENV_REGISTRY[name] = cls
+        cls.name = name
         return cls
     return deco
 
@@ -150,7 +151,8 @@ def resolve_tools(tools: Any) -> list:
 
 def env_from_dict(d: Mapping[str, Any]) -> BaseEnv:
     "Build an environment from `{'env': registered name, **constructor kwargs}`."
-    d = dict(d); kind = d.pop('env', d.pop('type', 'tool'))
+    d = dict(d)
+    kind = d.pop('env', d.pop('type', 'tool'))
     cls = kind if isinstance(kind, type) else ENV_REGISTRY[kind]
     return cls(**d)
 

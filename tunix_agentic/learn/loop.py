@@ -120,7 +120,8 @@ def read_tb_scalars(folder: str | Path) -> dict[str, list[tuple[int, float]]]:
         data = f.read_bytes()
         while len(data) >= 12:  # TFRecord: length, its crc, the record, its crc
             n = struct.unpack('<Q', data[:8])[0]
-            ev = Event.FromString(data[12:12 + n]); data = data[16 + n:]
+            ev = Event.FromString(data[12:12 + n])
+            data = data[16 + n:]
             for v in ev.summary.value:
                 out.setdefault(v.tag, []).append((ev.step, round(v.simple_value, 3)))
     return out
@@ -312,8 +313,10 @@ async def _run_async(self: OnlineLoop, stop: int) -> list[dict]:
                 get = asyncio.ensure_future(queue.get())
                 done, _ = await asyncio.wait({get, producer}, return_when=asyncio.FIRST_COMPLETED)
                 if get not in done:
-                    get.cancel(); producer.result()  # re-raise the producer's failure
-                trajs, dt = get.result(); t_collect += dt
+                    get.cancel()
+                    producer.result()  # re-raise the producer's failure
+                trajs, dt = get.result()
+                t_collect += dt
                 buf = _fresh(self, buf) + _fresh(self, trajs)
             batch, buf = buf[:need], buf[need:]
             extra = {'time_collect_s': t_collect, 'time_wait_s': time.perf_counter() - t_wait,
@@ -339,7 +342,9 @@ async def arun(self: OnlineLoop, until: int | None = None) -> list[dict]:
                                      config={'loop': dataclasses.asdict(self.cfg)})
     try: await (self._run_sync(stop) if self.cfg.mode == 'sync' else self._run_async(stop))
     finally:
-        if own: self.sinks.close(); self.sinks = None
+        if own:
+            self.sinks.close()
+            self.sinks = None
     if self.metrics_path.exists():
         save_metrics_plot(latest_per_step(read_metrics(self.metrics_path)), self.plot_path)
     _log.info('loop at step %d: metrics in %s, rollouts in %s', self.next_step, self.metrics_path,

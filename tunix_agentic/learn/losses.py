@@ -99,7 +99,8 @@ def chunked_token_logprobs(h_btd: jax.Array, w_dv: jax.Array, targets_bt: jax.Ar
                            softcap: float | None = None) -> tuple[jax.Array, jax.Array]:
     "`token_logprobs` of the logits `h_btd @ w_dv`, `chunk` tokens at a time (never all of them)."
     (b, t, d), n = h_btd.shape, h_btd.shape[0] * h_btd.shape[1]
-    c = min(chunk, n); pad = (-n) % c
+    c = min(chunk, n)
+    pad = (-n) % c
     h_kcd = jnp.pad(h_btd.reshape(n, d), ((0, pad), (0, 0))).reshape(-1, c, d)
     y_kc = jnp.pad(targets_bt.reshape(n), (0, pad)).reshape(-1, c)
     temp = jnp.where(temperature > 0, temperature, 1.0)

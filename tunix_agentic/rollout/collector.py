@@ -170,7 +170,9 @@ _frozen = [0, threading.Lock()]  # frozen_heap blocks open now (overlapping runs
 @contextlib.contextmanager
 def frozen_heap(on: bool = True):
     "Keep the cyclic garbage collector off every object alive now, until the block ends."
-    if not on: yield; return
+    if not on:
+        yield
+        return
     with _frozen[1]:
         if not _frozen[0]: gc.freeze()
         _frozen[0] += 1

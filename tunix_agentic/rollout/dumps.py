@@ -34,7 +34,8 @@ def _drop_torn_tail(path: Path):
     with open(path, 'rb+') as f:
         f.seek(-1, os.SEEK_END)
         if f.read(1) == b'\n': return
-        f.seek(0); data = f.read()
+        f.seek(0)
+        data = f.read()
         keep = data.rfind(b'\n') + 1
         _log.warning('%s: dropping a torn last line of %d bytes before appending',
                        path, len(data) - keep)
@@ -57,7 +58,8 @@ class DumpWriter:
         line = json.dumps(rec, ensure_ascii=False, separators=(',', ':')) + '\n'
         with self._lock:
             if self._f.closed: raise ValueError(f'DumpWriter for {self.path} is closed')
-            self._f.write(line); self._f.flush()
+            self._f.write(line)
+            self._f.flush()
             if self.fsync: os.fsync(self._f.fileno())
             self.count += 1
 

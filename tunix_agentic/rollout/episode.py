@@ -178,8 +178,12 @@ def next_request(self: Episode) -> Request | None:
     if self._request is not None or self.done: return self._request
     if self.enc is None: raise ValueError('call start() before next_request()')
     budget = self.enc.remaining()
-    if budget <= 0: self.end(_S.MAX_LENGTH); return None
-    if self.turn >= self.max_turns: self.end(_S.MAX_TURNS); return None
+    if budget <= 0:
+        self.end(_S.MAX_LENGTH)
+        return None
+    if self.turn >= self.max_turns:
+        self.end(_S.MAX_TURNS)
+        return None
     s = self.config.sampling
     params = s.replace(max_new_tokens=min(s.max_new_tokens, budget), stop_token_ids=self.stops,
                        seed=derive_seed(self.sampling_seed, self.turn))
@@ -235,7 +239,8 @@ async def _turn(self: Episode, out: GenerateOutput, source: str, budget: int):
     n_ids, n_msgs = len(enc.input_ids), len(enc.messages)
     enc.add_messages(new)
     if len(enc.input_ids) > c.max_seq_len:  # the tool turn overshoots: drop it, end cleanly
-        enc.truncate(n_ids, n_msgs); return self.end(_S.MAX_LENGTH)
+        enc.truncate(n_ids, n_msgs)
+        return self.end(_S.MAX_LENGTH)
     if enc.remaining() <= 0: self.end(_S.MAX_LENGTH)
 
 # %% ../../nbs/06_rollout/00_episode.ipynb #3e3b5cef

@@ -93,7 +93,9 @@ def _value_axis(ax, panel: tuple[str, ...], ys: list[float]):
 
 def figure_png(fig) -> bytes:
     "The figure as PNG bytes (80 dpi)."
-    buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=80); return buf.getvalue()
+    buf = io.BytesIO()
+    fig.savefig(buf, format='png', dpi=80)
+    return buf.getvalue()
 
 def plot_rows(rows: Mapping[int, Mapping] | Sequence[Mapping], # {step: row}, or records with 'step'
               keys: Sequence[str | tuple[str, ...]] | None = None, # panels (a tuple: curves
@@ -126,7 +128,9 @@ def plot_rows(rows: Mapping[int, Mapping] | Sequence[Mapping], # {step: row}, or
             ax.fill_between(steps, lo, hi, alpha=0.2, label='min-max')
         title = panel[0] if len(panel) == 1 else next(
             (t for t, ks in _PANELS.items() if set(panel) <= set(ks)), ' & '.join(panel))
-        ax.set_title(title, fontsize=10); ax.set_xlabel('training step'); ax.grid(alpha=0.3)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel('training step')
+        ax.grid(alpha=0.3)
         if len(panel) > 1: ax.legend(fontsize=8)
         integer_step_axis(ax, steps)
         _value_axis(ax, panel, [rows[s].get(k, math.nan) for s in steps for k in panel])

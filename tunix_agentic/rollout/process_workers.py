@@ -63,9 +63,12 @@ async def _serve(conn, worker: RolloutWorker):
         try:
             while conn.poll():
                 kind, key, payload = conn.recv()
-                if kind == 'close': stop.set(); return
+                if kind == 'close':
+                    stop.set()
+                    return
                 t = loop.create_task(run(kind, key, payload))
-                running.add(t); t.add_done_callback(running.discard)
+                running.add(t)
+                t.add_done_callback(running.discard)
         except (EOFError, OSError): stop.set()
     loop.add_reader(conn.fileno(), readable)
     try: await stop.wait()
@@ -83,7 +86,9 @@ def _worker_main(conn, factory: bytes, index: int):
     "A worker process: build the collector, say ready (or why not), then serve."
     try: worker = RolloutWorker(pickle.loads(factory), index)
     except BaseException as e:
-        conn.send(('failed', -1, _failure(e))); conn.close(); return
+        conn.send(('failed', -1, _failure(e)))
+        conn.close()
+        return
     conn.send(('ready', -1, worker.get_config()))
     try: asyncio.run(_serve(conn, worker))
     finally: conn.close()
@@ -102,11 +107,14 @@ class _Worker:
         "Send one request; its future settles when the worker answers or dies."
         f = concurrent.futures.Future()
         with self.lock:
-            if not self.alive: f.set_exception(WorkerDied(f'{self} has ended')); return f
+            if not self.alive:
+                f.set_exception(WorkerDied(f'{self} has ended'))
+                return f
             self.pending[key] = f
             try: self.conn.send((kind, key, payload))
             except (BrokenPipeError, EOFError, ConnectionError, OSError) as e:
-                del self.pending[key]; f.set_exception(WorkerDied(f'{self}: {e!r}'))
+                del self.pending[key]
+                f.set_exception(WorkerDied(f'{self}: {e!r}'))
         return f
 
     def read(self):
@@ -167,11 +175,14 @@ class ProcessCollector(WorkerPool):
             parent, child = ctx.Pipe()
             p = ctx.Process(target=_entry(), args=(child, factory, i), daemon=True,
                             name=f'rollout-worker-{i}')
-            p.start(); child.close()
+            p.start()
+            child.close()
             self.workers.append(_Worker(i, p, parent))
         try:
             for w in self.workers: self._await_ready(w, start_timeout_s)
-        except BaseException: self.close(); raise
+        except BaseException:
+            self.close()
+            raise
         for w in self.workers:
             w.reader = threading.Thread(target=w.read, name=f'rollout-worker-{w.index}-reader',
                                         daemon=True)
@@ -226,7 +237,9 @@ def close(self: ProcessCollector, timeout_s: float = 60.0): # JAX teardown is sl
             except Exception: pass  # already gone
     for w in self.workers:
         w.process.join(timeout_s)
-        if w.process.is_alive(): w.process.terminate(); w.process.join(5)
+        if w.process.is_alive():
+            w.process.terminate()
+            w.process.join(5)
         if w.reader is not None: w.reader.join(5)
         w.conn.close()
         w.alive = False

@@ -173,7 +173,9 @@ class ToolSession:
         self.started, self.released, self.n_calls = False, False, 0
     def _kw(self, name: str, key: str) -> dict:
         return dict(self.tools_kwargs.get(name, {}).get(key) or {})
-    async def __aenter__(self): await self.start(); return self
+    async def __aenter__(self):
+        await self.start()
+        return self
     async def __aexit__(self, *exc): await self.release()
 
 # %% ../../nbs/01_tools/01_base.ipynb #bf2a64e7
@@ -283,7 +285,8 @@ async def calc_rewards(self: ToolSession) -> dict[str, float]:
             kw = self._kw(name, 'calc_reward_kwargs')
             return float(await tool.calc_reward(self.instance_ids[name], **kw))
         except Exception as e:
-            _log.warning('calc_reward of %r failed: %s', name, _error_text(e)); return 0.0
+            _log.warning('calc_reward of %r failed: %s', name, _error_text(e))
+            return 0.0
     names = list(self.instance_ids)
     return dict(zip(names, await gather_all(one(n) for n in names)))
 

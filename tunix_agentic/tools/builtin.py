@@ -19,8 +19,12 @@ def exact_str(q: Fraction) -> str:
     "An exact decimal for `q` if it terminates, else the reduced fraction `p/q`."
     if q.denominator == 1: return str(q.numerator)
     d, k2, k5 = q.denominator, 0, 0
-    while d % 2 == 0: d //= 2; k2 += 1
-    while d % 5 == 0: d //= 5; k5 += 1
+    while d % 2 == 0:
+        d //= 2
+        k2 += 1
+    while d % 5 == 0:
+        d //= 5
+        k5 += 1
     if d != 1: return f'{q.numerator}/{q.denominator}'
     k = max(k2, k5)
     digits = str(abs(q.numerator) * 10 ** k // q.denominator).rjust(k + 1, '0')

@@ -4,11 +4,10 @@
 
 # %% auto #0
 __all__ = ['libc', 'ROOT', 'MS_RDONLY', 'MS_NOSUID', 'MS_NODEV', 'MS_NOEXEC', 'MS_REMOUNT', 'MS_BIND', 'MS_REC', 'MS_PRIVATE',
-           'NS', 'SYSTEM', 'ETC', 'DEVICES', 'CLONE_NR', 'MAX_DEPTH', 'check', 'mount', 'mount_setattr', 'prctl',
-           'write', 'close_except', 'view_paths', 'graft', 'readonly_remounts', 'pivot', 'template', 'probe',
-           'enter_namespaces', 'clone_namespaces', 'private_tmp', 'copy_file', 'copy_tree', 'clear_dir', 'remove_tree',
-           'drop_caps', 'oom_first', 'fresh_keyring', 'landlock_abi', 'landlock', 'descendants', 'signal_all',
-           'chown_tree', 'scrub_tree']
+           'NS', 'SYSTEM', 'ETC', 'DEVICES', 'CLONE_NR', 'check', 'mount', 'mount_setattr', 'prctl', 'write',
+           'close_except', 'view_paths', 'graft', 'readonly_remounts', 'pivot', 'template', 'probe', 'enter_namespaces',
+           'clone_namespaces', 'private_tmp', 'drop_caps', 'oom_first', 'fresh_keyring', 'landlock_abi', 'landlock',
+           'descendants', 'signal_all']
 
 # %% ../../nbs/01_tools/04_cage.ipynb #3f63201f
 import ctypes, os, stat, struct
@@ -23,7 +22,8 @@ NS = {'userns': os.CLONE_NEWUSER, 'mountns': os.CLONE_NEWNS, 'netns': os.CLONE_N
 def check(r: int, what: str) -> None:
     "Raise `OSError` with errno when a libc call returned non-zero."
     if r != 0:
-        e = ctypes.get_errno(); raise OSError(e, f'{what}: {os.strerror(e)}')
+        e = ctypes.get_errno()
+        raise OSError(e, f'{what}: {os.strerror(e)}')
 
 def mount(src, tgt: str, fs=None, flags: int = 0, data=None) -> None:
     check(libc.mount(src and src.encode(), tgt.encode(), fs and fs.encode(), ctypes.c_ulong(flags),
@@ -47,7 +47,9 @@ def write(path: str, text: str) -> None:
 def close_except(keep) -> None:
     "Close every file descriptor from 3 up except those in `keep`."
     lo = 3
-    for fd in sorted(k for k in keep if k >= 3): os.closerange(lo, fd); lo = fd + 1
+    for fd in sorted(k for k in keep if k >= 3):
+        os.closerange(lo, fd)
+        lo = fd + 1
     os.closerange(lo, 1 << 20)
 
 # %% ../../nbs/01_tools/04_cage.ipynb #e8679890
@@ -72,7 +74,9 @@ def graft(root: str, path: str, fd: int | str) -> None:
     "Show host `path` (its O_PATH fd, or a symlink's target) at the same place under `root`."
     tgt = root + path
     os.makedirs(os.path.dirname(tgt), exist_ok=True)
-    if isinstance(fd, str): os.symlink(fd, tgt); return
+    if isinstance(fd, str):
+        os.symlink(fd, tgt)
+        return
     if os.path.isdir(f'/proc/self/fd/{fd}'): os.makedirs(tgt, exist_ok=True)
     else: open(tgt, 'w').close()
     mount(f'/proc/self/fd/{fd}', tgt, None, MS_BIND | MS_REC)
@@ -90,10 +94,12 @@ def readonly_remounts() -> None:
 
 def pivot(root: str) -> None:
     "Make `root` the mount namespace's `/` and drop the host's tree from it."
-    os.makedirs(root + '/.old', exist_ok=True); os.chdir(root)
+    os.makedirs(root + '/.old', exist_ok=True)
+    os.chdir(root)
     check(libc.syscall(155 if os.uname().machine == 'x86_64' else 41, b'.', b'.old'), 'pivot_root')
     check(libc.umount2(b'/.old', 2), 'umount old root')  # MNT_DETACH
-    os.rmdir('/.old'); os.chdir('/')
+    os.rmdir('/.old')
+    os.chdir('/')
 
 # %% ../../nbs/01_tools/04_cage.ipynb #e5576248
 def template(cfg: dict) -> list[str]:
@@ -103,7 +109,8 @@ def template(cfg: dict) -> list[str]:
         uid, gid = os.geteuid(), os.getegid()
         os.unshare(os.CLONE_NEWUSER | os.CLONE_NEWNS)
         write('/proc/self/setgroups', 'deny')
-        write('/proc/self/uid_map', f'{uid} {uid} 1'); write('/proc/self/gid_map', f'{gid} {gid} 1')
+        write('/proc/self/uid_map', f'{uid} {uid} 1')
+        write('/proc/self/gid_map', f'{gid} {gid} 1')
     mount(None, '/', None, MS_REC | MS_PRIVATE)  # nothing propagates back to the host
     paths = view_paths(cfg['expose'])  # opened before /tmp (a venv may live there) is covered
     fds = {p: os.readlink(p) if os.path.islink(p) else os.open(p, os.O_PATH) for p in paths}
@@ -129,7 +136,9 @@ def probe(cfg: dict) -> bool:
     "Can a call get a user namespace of its own (as the sandbox uid when we are root)?"
     pid = os.fork()
     if pid == 0:
-        try: enter_namespaces(cfg, {'errors': []}, userns=True); os._exit(0)
+        try:
+            enter_namespaces(cfg, {'errors': []}, userns=True)
+            os._exit(0)
         except BaseException: os._exit(1)
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
@@ -137,7 +146,9 @@ def enter_namespaces(cfg: dict, rep: dict, userns: bool) -> None:
     "Fresh namespaces for a call: at once in a user namespace of the sandbox uid, else one by one."
     if userns:
         if ROOT:  # the call's user namespace belongs to the sandbox uid, never to root
-            os.setgroups([]); os.setresgid(*[cfg['gid']] * 3); os.setresuid(*[cfg['uid']] * 3)
+            os.setgroups([])
+            os.setresgid(*[cfg['gid']] * 3)
+            os.setresuid(*[cfg['uid']] * 3)
             prctl(4, 1)  # PR_SET_DUMPABLE, cleared by the uid change; /proc/self/*_map need it
         uid, gid = os.geteuid(), os.getegid()
         os.unshare(sum(NS.values()))
@@ -148,7 +159,9 @@ def enter_namespaces(cfg: dict, rep: dict, userns: bool) -> None:
     else:
         for k, f in NS.items():
             if k == 'userns': continue
-            try: os.unshare(f); rep[k] = True
+            try:
+                os.unshare(f)
+                rep[k] = True
             except OSError as e: rep['errors'].append(f'{k}: {e}')
 
 # %% ../../nbs/01_tools/04_cage.ipynb #395f7908
@@ -161,7 +174,9 @@ def clone_namespaces(flags: int) -> int:
     if nr is None: raise OSError(38, f'clone on {os.uname().machine}')
     pid = _held.syscall(ctypes.c_long(nr), ctypes.c_ulong(flags | 17),
                         None, None, None, None)  # 17: SIGCHLD to the parent at exit, as fork
-    if pid < 0: e = ctypes.get_errno(); raise OSError(e, f'clone: {os.strerror(e)}')
+    if pid < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f'clone: {os.strerror(e)}')
     return pid
 
 # %% ../../nbs/01_tools/04_cage.ipynb #31eadc50
@@ -185,77 +200,6 @@ def private_tmp(req: dict, rep: dict) -> None:
             try: mount_setattr(p, set_=MS_RDONLY | MS_NOSUID, recursive=True)
             except OSError: mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
     rep['private_tmp'] = True
-
-# %% ../../nbs/01_tools/04_cage.ipynb #9d53ae65
-MAX_DEPTH = 64  # a scratch dir's deepest path kept between calls
-
-def copy_file(s: str, d: str, mode: int) -> int:
-    "Copy file `s` to new file `d`, holes kept, without setuid/setgid bits; bytes allocated."
-    fi = os.open(s, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        fo = os.open(d, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            size, pos = os.fstat(fi).st_size, 0
-            while pos < size:
-                try: pos = os.lseek(fi, pos, os.SEEK_DATA)
-                except OSError: break  # ENXIO: a hole up to the end
-                end = os.lseek(fi, pos, os.SEEK_HOLE)
-                while pos < end and (buf := os.pread(fi, min(1 << 20, end - pos), pos)):
-                    pos += os.pwrite(fo, buf, pos)
-            os.ftruncate(fo, size); os.fchmod(fo, mode & 0o777)
-            return os.fstat(fo).st_blocks * 512
-        finally: os.close(fo)
-    finally: os.close(fi)
-
-# %% ../../nbs/01_tools/04_cage.ipynb #d69a3375
-def copy_tree(src: str, dst: str, owner=None, budget: int | None = None) -> dict:
-    "Copy files and dirs of `src` into `dst`; what was left out, by reason."
-    todo, left, seen, used = [(src, dst, 0)], dict(deep=0, links=0, other=0, budget=0), set(), 0
-    dev = os.stat(src).st_dev
-    while todo:
-        s0, d0, depth = todo.pop()
-        for name in sorted(os.listdir(s0)):
-            s, d = os.path.join(s0, name), os.path.join(d0, name)
-            st = os.lstat(s)
-            if stat.S_ISLNK(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink > 1
-                                             and (st.st_dev, st.st_ino) in seen):
-                left['links'] += 1; continue
-            if st.st_dev != dev or os.path.lexists(d) or not (
-                    stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-                left['other'] += 1; continue
-            if budget is not None and used >= budget: left['budget'] += 1; continue
-            if stat.S_ISDIR(st.st_mode):
-                if depth >= MAX_DEPTH: left['deep'] += 1; continue
-                os.mkdir(d, 0o700); os.chmod(d, st.st_mode & 0o777); todo.append((s, d, depth + 1))
-                used += os.lstat(d).st_blocks * 512
-            else:
-                seen.add((st.st_dev, st.st_ino)); used += copy_file(s, d, st.st_mode)
-            if budget is not None and used > budget:
-                remove_tree(d) if stat.S_ISDIR(st.st_mode) else os.unlink(d)
-                left['budget'] += 1; used = budget; continue
-            if owner: os.lchown(d, *owner)  # a real-root reaper (no user namespace) copies back
-    return left
-
-# %% ../../nbs/01_tools/04_cage.ipynb #dca8479a
-def clear_dir(path: str) -> None:
-    "Empty `path` (kept itself), however deep, one open dir at a time, never following links."
-    flags, names = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, []
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    while True:
-        entries = list(os.scandir(fd))
-        sub = next((e.name for e in entries if e.is_dir(follow_symlinks=False)), None)
-        if sub is not None:  # go down
-            new = os.open(sub, flags, dir_fd=fd); os.close(fd); fd = new
-            names.append(sub); continue
-        for e in entries: os.unlink(e.name, dir_fd=fd)
-        if not names: os.close(fd); return
-        up = os.open('..', flags, dir_fd=fd); os.close(fd); fd = up  # emptied: go up, remove it
-        os.rmdir(names.pop(), dir_fd=fd)
-
-def remove_tree(path: str) -> None:
-    "`shutil.rmtree` for trees deeper than the recursion limit; a missing path is fine."
-    try: clear_dir(path); os.rmdir(path)
-    except FileNotFoundError: pass
 
 # %% ../../nbs/01_tools/04_cage.ipynb #2bb27210
 def drop_caps() -> None:
@@ -312,44 +256,11 @@ def descendants(pid: int) -> list[int]:
                 with open(f'/proc/{p}/task/{t}/children') as f:
                     kids = [int(k) for k in f.read().split()]
             except (OSError, ValueError): continue
-            out += kids; todo += kids
+            out += kids
+            todo += kids
     return out
 
 def signal_all(pids, sig: int) -> None:
     for p in pids:
         try: os.kill(p, sig)
         except OSError: pass
-
-# %% ../../nbs/01_tools/04_cage.ipynb #b87e8b67
-def chown_tree(fd: int, uid: int, gid: int) -> None:
-    "Give the tree under dir `fd` (itself included) to uid:gid without following symlinks."
-    flags, cur = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, os.dup(fd)
-    os.chown(cur, uid, gid); todo = [[e.name for e in os.scandir(cur)]]
-    while True:
-        if not todo[-1]:  # this dir is done: up, or finished
-            todo.pop()
-            if not todo: os.close(cur); return
-            up = os.open('..', flags, dir_fd=cur); os.close(cur); cur = up; continue
-        name = todo[-1].pop()
-        os.chown(name, uid, gid, dir_fd=cur, follow_symlinks=False)
-        try: sub = os.open(name, flags, dir_fd=cur)
-        except OSError: continue  # a file or a link
-        os.close(cur); cur = sub; todo.append([e.name for e in os.scandir(cur)])
-
-# %% ../../nbs/01_tools/04_cage.ipynb #446cf2d5
-def scrub_tree(fd: int) -> int:
-    "Remove symlinks and setuid/setgid bits under dir `fd`, however deep; how many entries changed."
-    flags, cur, n = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, os.dup(fd), 0
-    todo = [[e.name for e in os.scandir(cur)]]
-    while True:
-        if not todo[-1]:  # this dir is done: up, or finished
-            todo.pop()
-            if not todo: os.close(cur); return n
-            up = os.open('..', flags, dir_fd=cur); os.close(cur); cur = up; continue
-        name = todo[-1].pop()
-        st = os.stat(name, dir_fd=cur, follow_symlinks=False)
-        if stat.S_ISLNK(st.st_mode): os.unlink(name, dir_fd=cur); n += 1; continue
-        if st.st_mode & 0o6000: os.chmod(name, st.st_mode & 0o777, dir_fd=cur); n += 1
-        if stat.S_ISDIR(st.st_mode):
-            sub = os.open(name, flags, dir_fd=cur); os.close(cur); cur = sub
-            todo.append([e.name for e in os.scandir(cur)])

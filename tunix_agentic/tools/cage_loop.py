@@ -16,7 +16,8 @@ _AS_SCRIPT = __name__ == '__main__' and '__file__' in globals()  # `python -I ca
 if _AS_SCRIPT:  # by path, like everything it runs: never the package
     _spec = importlib.util.spec_from_file_location(
         'sandbox_cage_server', Path(__file__).with_name('cage_server.py'))
-    cage_server = importlib.util.module_from_spec(_spec); _spec.loader.exec_module(cage_server)
+    cage_server = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(cage_server)
 else: from tunix_agentic.tools import cage_server
 cage, cgroups, launch = cage_server.cage, cage_server.cgroups, cage_server.launch
 
@@ -51,7 +52,8 @@ def ready(cfg: dict) -> dict:
         try: __import__(m)
         except ImportError: pass
     exec(compile(WARMUP, '<warmup>', 'exec'), {})  # the first compile in a process costs ~2 ms
-    gc.collect(); gc.freeze()  # forked calls never touch (and copy) the server's old objects
+    gc.collect()
+    gc.freeze()  # forked calls never touch (and copy) the server's old objects
     return state
 
 # %% ../../nbs/01_tools/04b_cage_loop.ipynb #dab64833
@@ -79,7 +81,9 @@ def clone_reaper(req: dict, ctl: socket.socket, state: dict, cg: dict) -> int:
     if pid == 0:  # R: wait until the spawner has set it up; never back into the spawner's loop
         try:
             os.close(go_w)
-            if os.read(go_r, 1) == b'1': os.close(go_r); cage_server.cloned(req, ctl, state, cg)
+            if os.read(go_r, 1) == b'1':
+                os.close(go_r)
+                cage_server.cloned(req, ctl, state, cg)
         finally: os._exit(0)
     os.close(go_r)
     try:
@@ -90,7 +94,8 @@ def clone_reaper(req: dict, ctl: socket.socket, state: dict, cg: dict) -> int:
         for fd in cg.values(): cgroups.write_at(fd, 'cgroup.procs', str(pid))
         os.write(go_w, b'1')
     except OSError:
-        os.kill(pid, signal.SIGKILL); raise  # R reads EOF or dies; the spawner reaps it
+        os.kill(pid, signal.SIGKILL)
+        raise  # R reads EOF or dies; the spawner reaps it
     finally: os.close(go_w)
     return pid
 
@@ -107,7 +112,9 @@ def spawner(sock: socket.socket, state: dict) -> None:
     while msg := sock.recv(1 << 20):
         (req, name, uid), cg = json.loads(msg), {}
         try: cg = cgroups.make_cgroup(state['cgroups'], name, req['call_memory'], req['call_pids'])
-        except OSError as e: state['errors'].append(f'cgroup: {e}'); state['cgroups'] = {}
+        except OSError as e:
+            state['errors'].append(f'cgroup: {e}')
+            state['cgroups'] = {}
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid, err = 0, None
         if state.get('clone', True) and state['userns'] and req['isolation'] != 'none':
@@ -117,12 +124,16 @@ def spawner(sock: socket.socket, state: dict) -> None:
         if not pid:
             try: pid = os.fork()
             except OSError as e: pid, err = 0, f'server: {e}'  # e.g. the user's process limit
-            if pid == 0 and not err: ours.close(); sock.close(); launch(req, theirs, state, cg, uid)
+            if pid == 0 and not err:
+                ours.close()
+                sock.close()
+                launch(req, theirs, state, cg, uid)
         for fd in cg.values(): os.close(fd)
         try: fds = [ours.fileno(), os.pidfd_open(pid)] if pid else []
         except ProcessLookupError: fds, err = [], 'launcher: ended at once'  # killed, reaped
         socket.send_fds(sock, [json.dumps([pid, name, err]).encode()], fds)
-        ours.close(); theirs.close()
+        ours.close()
+        theirs.close()
         if fds: os.close(fds[1])
     os._exit(0)
 
@@ -131,7 +142,9 @@ def ask(self: Server, req: dict) -> None:
     "Ask the spawner for a launcher of `req`'s kind, with a cgroup and a uid slot of its own."
     limits = (req['call_memory'], req['call_pids'])
     free = self.free.setdefault(limits, [])
-    if not free: self.n += 1; free.append(f'tunix_sbx_{os.getpid()}_{self.n}')
+    if not free:
+        self.n += 1
+        free.append(f'tunix_sbx_{os.getpid()}_{self.n}')
     name, slots = free.pop(), {s for _, s in self.used.values()}
     slot = min(set(range(len(slots) + 1)) - slots)
     self.used[name], self.asked[name] = (limits, slot), pool_key(req)
@@ -144,8 +157,12 @@ def failed(fds: list, err: str) -> None:
 
 def start(self: Server, pid: int, ctl: socket.socket, req: dict, msg: bytes, fds: list) -> None:
     "Hand a call to a launcher: its reaper gets the request and the call's pipes."
-    try: socket.send_fds(ctl, [msg], fds); self.calls[req['id']] = pid
-    except OSError as e: failed(fds, f'server: {e}'); fds = []
+    try:
+        socket.send_fds(ctl, [msg], fds)
+        self.calls[req['id']] = pid
+    except OSError as e:
+        failed(fds, f'server: {e}')
+        fds = []
     ctl.close()
     for fd in fds: os.close(fd)
 Server.ask, Server.start = ask, start
@@ -160,11 +177,16 @@ def spawned(self: Server) -> None:
     wait = next((p for p in self.pending if pool_key(p[0]) == key), None)
     if err:  # no launcher: the waiting call hears why
         self.ended_.append(name)
-        if wait: self.pending.remove(wait); failed(wait[2], err)
+        if wait:
+            self.pending.remove(wait)
+            failed(wait[2], err)
         return
     ctl = socket.socket(fileno=fds[0])
-    self.launchers[pid] = name; self.sel.register(fds[1], selectors.EVENT_READ, pid)
-    if wait: self.pending.remove(wait); self.start(pid, ctl, *wait)
+    self.launchers[pid] = name
+    self.sel.register(fds[1], selectors.EVENT_READ, pid)
+    if wait:
+        self.pending.remove(wait)
+        self.start(pid, ctl, *wait)
     elif key == self.key: self.spares.append((pid, ctl))
     else: ctl.close()  # spares of an old kind: the reaper reads EOF and exits
 Server.spawned = spawned
@@ -173,16 +195,21 @@ Server.spawned = spawned
 def ended(self: Server, key) -> None:
     "A launcher ended: forget it; its cgroup and uid slot are freed once the cgroup is empty."
     pid = key.data
-    self.sel.unregister(key.fileobj); os.close(key.fd)
+    self.sel.unregister(key.fileobj)
+    os.close(key.fd)
     self.calls = {k: v for k, v in self.calls.items() if v != pid}
-    for sp in [sp for sp in self.spares if sp[0] == pid]: self.spares.remove(sp); sp[1].close()
-    self.ended_.append(self.launchers.pop(pid)); self.sweep()
+    for sp in [sp for sp in self.spares if sp[0] == pid]:
+        self.spares.remove(sp)
+        sp[1].close()
+    self.ended_.append(self.launchers.pop(pid))
+    self.sweep()
 
 def sweep(self: Server) -> None:
     "Cgroups of ended launchers: kill what is left; free them (and their uid slot) once empty."
     for name in list(self.ended_):
         if cgroups.empty_cgroup(self.state['cgroups'], name):
-            self.ended_.remove(name); limits, _ = self.used.pop(name)
+            self.ended_.remove(name)
+            limits, _ = self.used.pop(name)
             self.free.setdefault(limits, []).append(name)
 Server.ended, Server.sweep = ended, sweep
 
@@ -192,7 +219,8 @@ def dispatch(self: Server, req: dict, msg: bytes, fds: list) -> None:
     if req['op'] == 'kill':
         if req['id'] in self.calls: os.kill(self.calls[req['id']], signal.SIGKILL)
         for p in [p for p in self.pending if p[0]['id'] == req['id']]:
-            self.pending.remove(p); fds = fds + p[2]
+            self.pending.remove(p)
+            fds = fds + p[2]
         for fd in fds: os.close(fd)
         return
     if pool_key(req) != self.key:  # another kind of call: the old spares' reapers read EOF
@@ -225,16 +253,24 @@ def serve(cfg: dict, sock: socket.socket) -> None:
     state = ready(cfg)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
-    if pid == 0: ours.close(); sock.close(); spawner(theirs, state)
+    if pid == 0:
+        ours.close()
+        sock.close()
+        spawner(theirs, state)
     theirs.close()
     sock.send(json.dumps({'pid': os.getpid(), 'root': cage.ROOT, 'userns': state['userns'],
                           'view': state['view'], 'errors': state['errors'],
                           'cgroups': sorted(state['cgroups'])}).encode())
-    srv = Server(cfg, sock, state, ours); srv.spawner = pid
+    srv = Server(cfg, sock, state, ours)
+    srv.spawner = pid
     while True:
         for key, _ in srv.sel.select(timeout=1.0 if srv.ended_ else None):
-            if key.data == 'spawned': srv.spawned(); continue
-            if key.data != 'call': srv.ended(key); continue
+            if key.data == 'spawned':
+                srv.spawned()
+                continue
+            if key.data != 'call':
+                srv.ended(key)
+                continue
             try: msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 8)
             except OSError: msg, fds = b'', []
             if not msg: srv.stop()  # the trainer is gone: so is every call

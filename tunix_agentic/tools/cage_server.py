@@ -19,11 +19,14 @@ def load_sibling(name: str):
     "Load `name.py` from this file's folder as a standalone module: the package is never imported."
     path = Path(__file__).with_name(f'{name}.py')
     spec = importlib.util.spec_from_file_location(f'sandbox_{name}', path)
-    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
     return mod
 
-if _BY_PATH: cage, cgroups, seccomp = (load_sibling(n) for n in ('cage', 'cgroups', 'seccomp'))
-else: from tunix_agentic.tools import cage, cgroups, seccomp
+if _BY_PATH:
+    cage, cgroups, scratch, seccomp = (load_sibling(n)
+                                       for n in ('cage', 'cgroups', 'scratch', 'seccomp'))
+else: from tunix_agentic.tools import cage, cgroups, scratch, seccomp
 
 # %% ../../nbs/01_tools/04a_cage_server.ipynb #378c257b
 def read_call(code_r: int) -> tuple[dict, str]:
@@ -38,7 +41,9 @@ def user_setup(req: dict, rep: dict, private: dict, fds: tuple) -> None:
     "The call's process before its code: stdio, scratch dir, limits, uid, cage, environment."
     out_w, err_w, wd, setup_w, guard = fds
     null = os.open('/dev/null', os.O_RDONLY)
-    os.dup2(null, 0); os.dup2(out_w, 1); os.dup2(err_w, 2)
+    os.dup2(null, 0)
+    os.dup2(out_w, 1)
+    os.dup2(err_w, 2)
     if rep.get('private_tmp'): os.chdir('/tmp')
     else: os.fchdir(wd)
     os.setsid()
@@ -47,20 +52,27 @@ def user_setup(req: dict, rep: dict, private: dict, fds: tuple) -> None:
     if wd is not None and rep.get('private_tmp'):  # the workdir's files, never while a parallel
         fcntl.flock(wd, fcntl.LOCK_SH)  # call of the same workdir copies back (it clears it first)
         owner = (rep['uid'], req['gid']) if rep.get('uid_pool') else None  # root, before the drop
-        cage.copy_tree(f'/proc/self/fd/{wd}', '/tmp', owner); fcntl.flock(wd, fcntl.LOCK_UN)
+        scratch.copy_tree(f'/proc/self/fd/{wd}', '/tmp', owner)
+        fcntl.flock(wd, fcntl.LOCK_UN)
         os.write(setup_w, b'c')  # the reaper copies back only a complete copy
     if cage.ROOT and not rep.get('userns') and req['isolation'] != 'none':
-        os.setgroups([]); os.setresgid(*[req['gid']] * 3); os.setresuid(*[rep['uid']] * 3)
+        os.setgroups([])
+        os.setresgid(*[req['gid']] * 3)
+        os.setresuid(*[rep['uid']] * 3)
         cage.prctl(4, 1)  # PR_SET_DUMPABLE: our own /proc/self/fd stays ours
     if rep.get('landlock'):  # no filesystem view of its own: read the allowlist, write its scratch
         dev = [f'/dev/{n}' for n in cage.DEVICES]
         cage.landlock(STATE['allow'], ['.', *dev], rep['landlock'])  # '.': no path walk
     cage.close_except({setup_w, guard.fileno() if guard else setup_w})
     if req['isolation'] != 'none':
-        cage.fresh_keyring(); cage.drop_caps()
+        cage.fresh_keyring()
+        cage.drop_caps()
         fd = seccomp.install(sysv=bool(rep.get('ipcns')), inet=bool(rep.get('netns')),
                              guard=bool(guard)) if rep.get('seccomp') else None
-        if guard: socket.send_fds(guard, [b'g'], [fd]); os.close(fd); guard.close()
+        if guard:
+            socket.send_fds(guard, [b'g'], [fd])
+            os.close(fd)
+            guard.close()
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.clear()
@@ -75,18 +87,25 @@ def user(req: dict, rep: dict, code_r: int, fds: tuple) -> None:
         user_setup(req, rep, private, fds)
         del private
     except BaseException as e:
-        os.write(fds[3], f'!sandbox setup failed: {e!r}'.encode()); os._exit(71)
+        os.write(fds[3], f'!sandbox setup failed: {e!r}'.encode())
+        os._exit(71)
     gc.enable()  # off in the launcher and reaper: they exit before it would free anything
-    main = types.ModuleType('__main__'); sys.modules['__main__'] = main
+    main = types.ModuleType('__main__')
+    sys.modules['__main__'] = main
     sys.argv, sys.path[:0] = ['<code>'], [os.getcwd()]
     rc = 0
     try: exec(compile(code, '<code>', 'exec'), main.__dict__)
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int): rc = e.code or 0
-        else: print(e.code, file=sys.stderr); rc = 1
+        else:
+            print(e.code, file=sys.stderr)
+            rc = 1
     except BaseException as e:
-        traceback.print_exception(type(e), e, e.__traceback__.tb_next); rc = 1
-    try: sys.stdout.flush(); sys.stderr.flush()
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
+        rc = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
     except BaseException: rc = rc or 1
     os._exit(rc & 255)
 
@@ -103,7 +122,8 @@ def kill_all(rep: dict, u: int) -> None:
     for _ in range(100):
         new = [p for p in cage.descendants(os.getpid()) if p not in seen]
         if not new: break
-        cage.signal_all(new, signal.SIGSTOP); seen.update(new)
+        cage.signal_all(new, signal.SIGSTOP)
+        seen.update(new)
     cage.signal_all(seen, signal.SIGKILL)
     try: os.killpg(u, signal.SIGKILL)
     except OSError: pass
@@ -161,7 +181,9 @@ def wait_call(u: int, deadline: float, out: dict):
     st = None
     while st is None:
         left = deadline - time.monotonic()
-        if left <= 0: out['timed_out'] = True; break
+        if left <= 0:
+            out['timed_out'] = True
+            break
         signal.sigtimedwait([signal.SIGCHLD], left)
         st = reap(u, block=False)
     return st
@@ -178,10 +200,10 @@ def copy_back(req: dict, rep: dict, wd: int) -> None:
     owner = (req['uid'], req['gid']) if os.geteuid() == 0 else None
     try:
         fcntl.flock(wd, fcntl.LOCK_EX)  # no parallel call of this workdir mid-copy
-        cage.clear_dir(f'/proc/self/fd/{wd}')
-        left = cage.copy_tree('/tmp', f'/proc/self/fd/{wd}', owner, budget=req['disk_mb'] << 20)
+        scratch.clear_dir(f'/proc/self/fd/{wd}')
+        left = scratch.copy_tree('/tmp', f'/proc/self/fd/{wd}', owner, budget=req['disk_mb'] << 20)
         if left['deep']:
-            rep['errors'].append(f"copy back: {left['deep']} dirs below depth {cage.MAX_DEPTH} "
+            rep['errors'].append(f"copy back: {left['deep']} dirs below depth {scratch.MAX_DEPTH} "
                                  'dropped')
         if left['links'] or left['budget']:
             rep['errors'].append(f"copy back: left out {left['links']} links and {left['budget']} "
@@ -197,7 +219,9 @@ def host_scratch(req: dict, rep: dict, out: dict):
         if os.geteuid() == 0 and req['isolation'] != 'none':
             os.chown(scratch, rep['uid'], req['gid'])
         return scratch, os.open(scratch, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError as e: out['setup_error'] = f'scratch dir: {e}'; return None, None
+    except OSError as e:
+        out['setup_error'] = f'scratch dir: {e}'
+        return None, None
 
 def report(st_w: int, out: dict, rep: dict) -> None:
     "The call's status line, straight to the trainer."
@@ -214,7 +238,9 @@ def run_user(req: dict, rep: dict, fds: list, wd, out: dict):
         if guard: guard[0].close()
         user(req, rep, code_r, (out_w, err_w, wd, setup_w, guard and guard[1]))
     for fd in (code_r, out_w, err_w, setup_w): os.close(fd)
-    if guard: guard[1].close(); _thread.start_new_thread(seccomp.supervise, (guard[0], os.getpid()))
+    if guard:
+        guard[1].close()
+        _thread.start_new_thread(seccomp.supervise, (guard[0], os.getpid()))
     if not rep.get('pidns'): cage.prctl(4, 0)  # not dumpable: our fds stay out of the call's reach
     st = wait_call(u, out.pop('deadline'), out)
     kill_all(rep, u)
@@ -236,7 +262,9 @@ def reaper(req: dict, rep: dict, ctl: socket.socket) -> None:
     cage.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the call's launcher
     signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    if not rep.get('pidns'): cage.prctl(36, 1); rep['subreaper'] = True  # orphans come back to us
+    if not rep.get('pidns'):
+        cage.prctl(36, 1)
+        rep['subreaper'] = True  # orphans come back to us
     prepare(req, rep)
     msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 8)  # a spare waits here for its call
     if not msg: os._exit(0)
@@ -247,17 +275,20 @@ def reaper(req: dict, rep: dict, ctl: socket.socket) -> None:
     if wd is None and not rep.get('private_tmp'): scratch, wd = host_scratch(req, rep, out)
     out['setup_error'] = out.get('setup_error') or refusal(req, rep)
     own = rep.get('uid_pool') and wd is not None and not scratch and not rep.get('private_tmp')
-    if own: cage.chown_tree(wd, rep['uid'], req['gid'])  # the code works in it: its uid's
-    if not out['setup_error']: del out['setup_error']; run_user(req, rep, fds[:4], wd, out)
-    if own: cage.chown_tree(wd, req['uid'], req['gid'])  # and back
+    if own: scratch.chown_tree(wd, rep['uid'], req['gid'])  # the code works in it: its uid's
+    if not out['setup_error']:
+        del out['setup_error']
+        run_user(req, rep, fds[:4], wd, out)
+    if own: scratch.chown_tree(wd, req['uid'], req['gid'])  # and back
     try:  # what the code wrote in place in its workdir: no links or setuid bits left
         if wd is not None and not (scratch or rep.get('private_tmp')) and rep.get('seccomp'):
-            cage.scrub_tree(wd)
+            scratch.scrub_tree(wd)
     except OSError as e: rep['errors'].append(f'workdir scrub: {e}')
     out.pop('deadline', None)
-    if scratch: cage.remove_tree(scratch)
+    if scratch: scratch.remove_tree(scratch)
     rep['memory_peak_mb'] = cgroups.read_peak(STATE.get('peak'))
-    report(fds[3], out, rep); os._exit(0)
+    report(fds[3], out, rep)
+    os._exit(0)
 
 # %% ../../nbs/01_tools/04a_cage_server.ipynb #74d5db3b
 def first_report(state: dict, spawn: str) -> dict:
@@ -302,13 +333,18 @@ def launch(req: dict, ctl: socket.socket, state: dict, cg: dict, uid: int) -> No
 # %% ../../nbs/01_tools/04a_cage_server.ipynb #53bfebb1
 def cloned(req: dict, ctl: socket.socket, state: dict, cg: dict) -> None:
     "R cloned straight into its namespaces: the spawner set its id maps and its cgroup."
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL); gc.disable()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    gc.disable()
     rep = {**first_report(state, 'clone'), 'cgroup': bool({'v2', 'memory'} & set(cg)),
            'uid': req['uid'], **{k: True for k in cage.NS}, 'nproc_per_call': True, 'reaper': True}
     try:
         STATE['peak'] = cgroups.open_peak(cg)
         cage.close_except({ctl.fileno(), STATE['peak'] or 0})
         if cage.ROOT:  # its user namespace maps only the sandbox uid: become it
-            os.setresgid(*[req['gid']] * 3); os.setresuid(*[req['uid']] * 3); cage.prctl(4, 1)
-    except BaseException as e: answer_failed(ctl, rep, e); os._exit(0)
+            os.setresgid(*[req['gid']] * 3)
+            os.setresuid(*[req['uid']] * 3)
+            cage.prctl(4, 1)
+    except BaseException as e:
+        answer_failed(ctl, rep, e)
+        os._exit(0)
     reaper(req, rep, ctl)

@@ -46,7 +46,9 @@ def start(self: ForkServer) -> None:
     try: msg = ours.recv(1 << 16)
     except socket.timeout: msg = b''
     if not msg:
-        ours.close(); self.proc.kill(); self.proc.wait()
+        ours.close()
+        self.proc.kill()
+        self.proc.wait()
         raise RuntimeError(f'sandbox fork server did not start ({self.python})')
     ours.settimeout(None)
     self.sock, self.info, self._owner = ours, json.loads(msg), os.getpid()
@@ -95,17 +97,23 @@ def _drain(fd: int, cap: int, line: bool = False) -> asyncio.Future:
         try: chunk = os.read(fd, 1 << 16)
         except (BlockingIOError, InterruptedError): return
         if not chunk or (line and b'\n' in chunk):
-            head.extend(chunk); done()
+            head.extend(chunk)
+            done()
             if not fut.done(): fut.set_result((bytes(head), bytes(tail), total))
             return
         total += len(chunk)
-        if len(head) < keep: k = keep - len(head); head.extend(chunk[:k]); chunk = chunk[k:]
+        if len(head) < keep:
+            k = keep - len(head)
+            head.extend(chunk[:k])
+            chunk = chunk[k:]
         if chunk:
             tail.extend(chunk)
             if len(tail) > cap // 2: del tail[:len(tail) - cap // 2]
     def done(*_):
         if fd in closed: return
-        closed.add(fd); loop.remove_reader(fd); os.close(fd)
+        closed.add(fd)
+        loop.remove_reader(fd)
+        os.close(fd)
     closed = set()
     os.set_blocking(fd, False)
     loop.add_reader(fd, on_read)
@@ -140,7 +148,9 @@ async def run_call(server: ForkServer, code: str, req: dict, workdir_fd: int | N
     os.set_blocking(ours[0], False)
     try: n = os.write(ours[0], data) if data else 0
     except OSError: n = len(data)
-    if n == len(data): os.close(ours[0]); writer = None
+    if n == len(data):
+        os.close(ours[0])
+        writer = None
     else: writer = asyncio.ensure_future(_write_all(ours[0], data[n:]))
     out, err = _drain(ours[1], cap), _drain(ours[2], cap)
     status = _drain(ours[3], 1 << 20, line=True)

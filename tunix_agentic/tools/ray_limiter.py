@@ -116,7 +116,8 @@ async def release(self: LimiterActor, lease: str) -> bool:
     self._start()
     self._forget(lease)
     if lease in self.pending:
-        self.pending.pop(lease).cancel(); return False
+        self.pending.pop(lease).cancel()
+        return False
     if self.leases.pop(lease, None) is None: return False
     self.limiter.release()
     return True
@@ -131,7 +132,8 @@ async def renew(self: LimiterActor, owner: str, leases: list[str]) -> int:
         if lease in self.leases: self.leases[lease] = (owner, deadline)
         elif lease not in self.freed and lease not in self.pending:
             self.leases[lease] = (owner, deadline)
-            self.limiter.in_flight += 1; new += 1
+            self.limiter.in_flight += 1
+            new += 1
     self.adopted += new
     self.max_in_flight = max(self.max_in_flight, len(self.leases))
     return new
@@ -260,7 +262,8 @@ async def _lease(self: RayRateLimiter) -> str:
                 raise LimiterUnavailable(f'{self.name}: the limiter actor did not answer for '
                                          f'{self.unavailable_s} s: {e}') from e
             _log.info('%s: limiter actor unavailable (%r); queueing again', self.name, e)
-            await asyncio.sleep(delay); delay = min(2 * delay, 1.0)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 1.0)
     if not ok: raise LimiterUnavailable(f'{self.name}: lease {lease} was freed before its turn')
     hb.add(lease)
     return lease

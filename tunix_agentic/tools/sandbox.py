@@ -12,7 +12,7 @@ from ..core.sync import run_sync
 from ..core.trajectory import ToolOutput
 from .base import BaseTool, ToolError, truncate_middle
 from .ratelimit import RateLimiter, RetryLater, retry_async
-from .cage import remove_tree
+from .scratch import remove_tree
 from .forkserver import ForkServer, fork_server, run_call
 
 # %% auto #0
@@ -293,12 +293,17 @@ class SandboxFusionStandIn:
                 for k, v in headers.items(): self.send_header(k, v)
                 self.send_header('Content-Type', 'application/json')
                 self.send_header('Content-Length', str(len(data)))
-                self.end_headers(); self.wfile.write(data)
+                self.end_headers()
+                self.wfile.write(data)
         self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
         self.url = f'http://127.0.0.1:{self.server.server_address[1]}'
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-    def __enter__(self): self._thread.start(); return self
-    def __exit__(self, *exc): self.server.shutdown(); self.server.server_close()
+    def __enter__(self):
+        self._thread.start()
+        return self
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
 
 # %% ../../nbs/01_tools/06_sandbox.ipynb #788e8a56
 @patch

@@ -103,7 +103,8 @@ def install(sysv: bool = True, inet: bool = True, guard: bool = False) -> int | 
     else:  # seccomp(SET_MODE_FILTER, NEW_LISTENER): Linux >= 5.0
         fd = libc.syscall(ARCH[os.uname().machine][1]['seccomp'], 1, 8, ctypes.c_char_p(prog))
         if fd >= 0: return fd
-    e = ctypes.get_errno(); raise OSError(e, f'seccomp: {os.strerror(e)}')
+    e = ctypes.get_errno()
+    raise OSError(e, f'seccomp: {os.strerror(e)}')
 
 # %% ../../nbs/01_tools/03b_seccomp.ipynb #47848098
 def in_tree(pid: int, root: int) -> bool:

@@ -124,7 +124,9 @@ def snapshot(self: EpisodeDriver) -> Trajectory:
 
 @patch
 def _record(self: EpisodeDriver) -> Trajectory:
-    t = self.snapshot(); self.history.append(t); return t
+    t = self.snapshot()
+    self.history.append(t)
+    return t
 
 # %% ../../nbs/08_ui/02_episode_driver.ipynb #4eb7c1b9
 @patch

@@ -34,8 +34,10 @@ class WarningTally(logging.Handler):
     def _write(self, text: str): print(text, file=self.stream or sys.stderr)
     def __enter__(self) -> WarningTally:
         self._propagate, self.logger.propagate = self.logger.propagate, False
-        self.logger.addHandler(self); return self
+        self.logger.addHandler(self)
+        return self
     def __exit__(self, *exc):
-        self.logger.removeHandler(self); self.logger.propagate = self._propagate
+        self.logger.removeHandler(self)
+        self.logger.propagate = self._propagate
         for kind, n in self.counts.items():
             if n > self.show: self._write(f'... {n - self.show} more like "{kind}" not shown')

@@ -171,7 +171,8 @@ def render_tokens(input_ids: Sequence[int], # token ids of the episode
             if n > max_tokens else '')
     counts: dict[str, int] = {}
     for m, ty in zip(response_mask, typed):
-        kind = _token_kind(int(m), ty); counts[kind] = counts.get(kind, 0) + 1
+        kind = _token_kind(int(m), ty)
+        counts[kind] = counts.get(kind, 0) + 1
     return (f'<div class="ta-tokens">{_legend(n, counts)}<div style="{_PRE};line-height:1.6">'
             f'{"".join(spans)}</div>{more}</div>')
 
@@ -192,7 +193,8 @@ def typed_flags(traj: Trajectory) -> list[int]:
     out, k, prev = [], -1, 0
     for m in traj.response_mask:
         if m and not prev: k += 1
-        out.append(int(bool(m) and 0 <= k < len(human) and human[k])); prev = m
+        out.append(int(bool(m) and 0 <= k < len(human) and human[k]))
+        prev = m
     return out
 
 # %% ../../nbs/08_ui/00_render.ipynb #0bf2bf53

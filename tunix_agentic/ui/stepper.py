@@ -170,7 +170,8 @@ def _redraw(self: EpisodeStepper):
     self.send_button.disabled = not running
     self.back_button.disabled = d.turn == 0
     if t is None or d.enc is None:
-        self.state_html.value = self.chat_html.value = self.tokens_html.value = ''; return
+        self.state_html.value = self.chat_html.value = self.tokens_html.value = ''
+        return
     left = d.enc.remaining()
     err = f' &middot; <span style="color:#c62828">{esc(t.error)}</span>' if t.error else ''
     path = ' &#8594; '.join(d.status_history[-6:])

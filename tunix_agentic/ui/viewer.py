@@ -62,7 +62,8 @@ class DumpFolder:
     @property
     def steps(self) -> list[int]: return list_dump_steps(self.path)
     def _stamp(self, step: int) -> tuple:
-        st = dump_path(self.path, step).stat(); return (st.st_size, st.st_mtime_ns)
+        st = dump_path(self.path, step).stat()
+        return (st.st_size, st.st_mtime_ns)
 
 # %% ../../nbs/08_ui/01_viewer.ipynb #b9d771fe
 @patch
