@@ -6,8 +6,9 @@
 from __future__ import annotations
 import argparse, json, logging, os, platform, sys
 from pathlib import Path
-from .config import (ConfigError, load_config, to_yaml, preset_names, preflight,
-                                      lock_run_folder)
+from .config import (ConfigError, load_config, to_yaml, preset_names,
+                                      describe_config)
+from .preflight import preflight, lock_run_folder, check_resumable
 
 # %% auto #0
 __all__ = ['HUGE_PAGES', 'scripted_calculator_episode', 'format_token_table', 'build_parser', 'huge_page_env', 'main']
@@ -48,7 +49,7 @@ def scripted_calculator_episode(a: int = 123, b: int = 456, c: int = 789):
                                   f'The answer is {a * b + c}.'])
     task = {'question': f'What is {a} * {b} + {c}?', 'answer': f'#### {a * b + c}'}
     env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_turns=4)
-    coll = TrajectoryCollector(engine, tok, env_fn, config=CollectConfig(max_turns=4, group_size=1))
+    coll = TrajectoryCollector(engine, tok, env_fn, config=CollectConfig(group_size=1))
     return coll.run([task])[0], tok
 
 # %% ../../nbs/10_app/04_cli.ipynb #7878a223
@@ -106,6 +107,8 @@ def _train(cfg, verbose: bool, seeds: list[int] | None = None, jobs: int = 1) ->
     preflight(cfg)  # names and files, before JAX loads
     lock_run_folder(cfg.log.output_dir)  # a second train into this folder: one line, exit 2
     saved = Path(cfg.log.output_dir) / 'config.yaml'
+    if saved.is_file() and (saved.parent / 'grpo' / 'checkpoints').is_dir():
+        check_resumable(saved, cfg)  # another run's checkpoint: refused before the long print
     print(f'# resolved config (saved as {saved})\n{to_yaml(cfg)}', flush=True)
     _quiet(verbose)
     from tunix_agentic.app.run import Run, run_seeds
@@ -156,9 +159,15 @@ def _cmd_eval(args) -> int:
     r = evaluate_checkpoint(cfg, args.checkpoint)
     print(f"step {r['step']} of {r['checkpoint']}: held-out success "
           f"{pct(r['sampled']['final_answer'])} "
-          f"sampled at T={cfg.episode.temperature:g} ({r['problems']} problems), greedy "
+          f"sampled at T={cfg.episode.sampling.temperature:g} ({r['problems']} problems), greedy "
           f"{pct(r['greedy']['final_answer'])} (first {min(cfg.eval.n_greedy, r['problems'])})")
     print(json.dumps(r, indent=2))
+    return 0
+
+# %% ../../nbs/10_app/04_cli.ipynb #95896f23
+def _cmd_config(args) -> int:
+    "Print every config key: type, value (the defaults, or the preset's) and meaning."
+    print(describe_config(load_config(args.preset) if args.preset else None))
     return 0
 
 # %% ../../nbs/10_app/04_cli.ipynb #c4643619
@@ -201,6 +210,9 @@ def _run_commands(sub):
     v.add_argument('--checkpoint', required=True, type=Path,
                    help='a run folder, its grpo/checkpoints folder, or one step in it')
     v.set_defaults(fn=_cmd_eval)
+    c = sub.add_parser('config', help="every config key: type, value (defaults or a preset's), meaning")
+    c.add_argument('preset', nargs='?', metavar='CONFIG', help='a YAML file or preset (default: none)')
+    c.set_defaults(fn=_cmd_config)
     d = sub.add_parser('demo', help='train the calculator preset: SFT, GRPO, tiny model, CPU')
     d.add_argument('--out', type=Path, default=None,
                    help='output folder (metrics, plot, dumps, checkpoints, model)')
