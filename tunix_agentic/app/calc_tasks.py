@@ -132,7 +132,7 @@ def demonstrations(tasks: Sequence[dict], tokenizer, teacher: Teacher | None = N
     from tunix_agentic.engines.engine import ScriptedEngine
     from tunix_agentic.rollout.episode import EpisodeConfig
     from tunix_agentic.rollout.collector import TrajectoryCollector, CollectConfig
-    cfg = CollectConfig(episode=EpisodeConfig(max_seq_len=max_seq_len), seed=seed)  # turns: the env's
+    cfg = CollectConfig(episode=EpisodeConfig(max_seq_len=max_seq_len), seed=seed)  # turns: env's
     coll = TrajectoryCollector(ScriptedEngine(tokenizer, teacher or Teacher()), tokenizer,
                                lambda t: calc_env(t, max_turns), agent_fn=calc_agent, config=cfg)
     return coll.run(list(tasks))

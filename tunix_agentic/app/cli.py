@@ -8,7 +8,8 @@ import argparse, json, logging, os, platform, sys
 from pathlib import Path
 from .config import (ConfigError, load_config, to_yaml, preset_names,
                                       describe_config)
-from .preflight import preflight, lock_run_folder, check_resumable
+from .preflight import (preflight, lock_run_folder, check_resumable,
+                                         check_same_policy)
 
 # %% auto #0
 __all__ = ['HUGE_PAGES', 'scripted_calculator_episode', 'format_token_table', 'build_parser', 'huge_page_env', 'main']
@@ -104,11 +105,11 @@ def _sources(config: str, overrides: list[str]) -> tuple[list, list[str]]:
 def _train(cfg, verbose: bool, seeds: list[int] | None = None, jobs: int = 1) -> int:
     "Print the resolved config, train (several seeds: each in its own process), print the summary."
     _check_out(cfg.log.output_dir)
-    preflight(cfg)  # names and files, before JAX loads
-    lock_run_folder(cfg.log.output_dir)  # a second train into this folder: one line, exit 2
     saved = Path(cfg.log.output_dir) / 'config.yaml'
     if saved.is_file() and (saved.parent / 'grpo' / 'checkpoints').is_dir():
-        check_resumable(saved, cfg)  # another run's checkpoint: refused before the long print
+        check_resumable(saved, cfg)  # another run's checkpoint: refused first
+    preflight(cfg)  # plugins, names and files (JAX loads last, for the loss's names)
+    lock_run_folder(cfg.log.output_dir)  # a second train into this folder: one line, exit 2
     print(f'# resolved config (saved as {saved})\n{to_yaml(cfg)}', flush=True)
     _quiet(verbose)
     from tunix_agentic.app.run import Run, run_seeds
@@ -150,9 +151,10 @@ def _cmd_eval(args) -> int:
     "Held-out evaluation of a checkpoint: the config's model and problems, its weights."
     sources, overrides = _sources(args.config, args.overrides)
     cfg = load_config(*sources, overrides=overrides)
-    preflight(cfg)
     if not Path(args.checkpoint).exists():
         raise ConfigError(f'checkpoint {str(args.checkpoint)!r} not found')
+    check_same_policy(args.checkpoint, cfg)  # another run's weights under this config: refused
+    preflight(cfg)
     _quiet(args.verbose)
     from tunix_agentic.app.run import evaluate_checkpoint
     from tunix_agentic.app.demo import pct
@@ -210,8 +212,8 @@ def _run_commands(sub):
     v.add_argument('--checkpoint', required=True, type=Path,
                    help='a run folder, its grpo/checkpoints folder, or one step in it')
     v.set_defaults(fn=_cmd_eval)
-    c = sub.add_parser('config', help="every config key: type, value (defaults or a preset's), meaning")
-    c.add_argument('preset', nargs='?', metavar='CONFIG', help='a YAML file or preset (default: none)')
+    c = sub.add_parser('config', help="every config key: type, value (or a preset's), meaning")
+    c.add_argument('preset', nargs='?', metavar='CONFIG', help='a YAML file or preset')
     c.set_defaults(fn=_cmd_config)
     d = sub.add_parser('demo', help='train the calculator preset: SFT, GRPO, tiny model, CPU')
     d.add_argument('--out', type=Path, default=None,

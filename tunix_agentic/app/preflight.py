@@ -12,8 +12,8 @@ from ..rollout.dumps import read_jsonl
 from .config import RunConfig, ConfigError, load_config, to_yaml
 
 # %% auto #0
-__all__ = ['TASK_SOURCES', 'FAMILY_TYPES', 'RESUMABLE', 'is_import_path', 'load_object', 'load_plugins', 'read_jsonl_tasks',
-           'load_tasks', 'preflight', 'lock_run_folder', 'check_resumable']
+__all__ = ['TASK_SOURCES', 'FAMILY_TYPES', 'RESUMABLE', 'POLICY', 'is_import_path', 'load_object', 'load_plugins',
+           'read_jsonl_tasks', 'load_tasks', 'preflight', 'lock_run_folder', 'check_resumable', 'check_same_policy']
 
 # %% ../../nbs/10_app/01a_preflight.ipynb #28c64890
 def is_import_path(s: Any) -> bool:
@@ -52,8 +52,8 @@ def _registrars() -> dict:
     from tunix_agentic.envs.rewards import register_reward
     from tunix_agentic.chat.parsers import register_tool_parser
     tools = lambda o: o if callable(o) else (lambda: list(o))
-    return {'env.env': ('a BaseEnv subclass', lambda o: isinstance(o, type) and issubclass(o, BaseEnv),
-                        ENV_REGISTRY.__setitem__),
+    is_env = lambda o: isinstance(o, type) and issubclass(o, BaseEnv)
+    return {'env.env': ('a BaseEnv subclass', is_env, ENV_REGISTRY.__setitem__),
             'env.tools': ('a list of tools or a function making one',
                           lambda o: callable(o) or isinstance(o, (list, tuple)),
                           lambda n, o: TOOLSETS.__setitem__(n, tools(o))),
@@ -72,13 +72,16 @@ def load_plugins(cfg: RunConfig) -> dict[str, Any]:
         spec = getattr(getattr(cfg, section), name)
         if not is_import_path(spec): continue
         obj = load_object(spec, key)
-        if not ok(obj): raise ConfigError(f'{key}={spec!r}: expected {what}, got {type(obj).__name__}')
+        if not ok(obj):
+            raise ConfigError(f'{key}={spec!r}: expected {what}, got {type(obj).__name__}')
         register(spec, obj)
         got[key] = obj
     return got
 
 # %% ../../nbs/10_app/01a_preflight.ipynb #5c7f40e0
-def read_jsonl_tasks(path: str | Path, fields: dict[str, str], key: str = 'tasks.path') -> list[dict]:
+def read_jsonl_tasks(path: str | Path, fields: dict[str, str], # our name -> the file's
+                     key: str = 'tasks.path', # the config key that named the file, for errors
+                    ) -> list[dict]:
     "Rows of a JSONL file with `fields` (our name -> the file's) renamed to our names."
     p = Path(path)
     if not p.is_file(): raise ConfigError(f'{key}={str(path)!r}: no such file')
@@ -108,8 +111,9 @@ def _jsonl_tasks(cfg: RunConfig) -> tuple[list[dict], list[dict]]:
                               f'rows of tasks.heldout_path={t.heldout_path!r}')
         return rows[:t.n_train], held[:t.n_heldout]
     if len(rows) <= t.n_heldout:
-        raise ConfigError(f'tasks.n_heldout={t.n_heldout}: expected fewer than the {len(rows)} rows '
-                          f'of tasks.path={t.path!r} (the rest train; or give tasks.heldout_path)')
+        raise ConfigError(f'tasks.n_heldout={t.n_heldout}: expected fewer than the {len(rows)} '
+                          f'rows of tasks.path={t.path!r} (the rest train; or give '
+                          'tasks.heldout_path)')
     return rows[:-t.n_heldout][:t.n_train], rows[-t.n_heldout:]
 
 TASK_SOURCES = Registry('task source', {'calculator': _calculator_tasks, 'jsonl': _jsonl_tasks})
@@ -148,10 +152,11 @@ def _model_files(m) -> None:
     if not (p / 'config.json').is_file():
         raise ConfigError(f'model.path={m.path!r}: expected an HF model folder with config.json')
     try: kind = json.loads((p / 'config.json').read_text()).get('model_type')
-    except ValueError as e: raise ConfigError(f'{p / "config.json"}: not valid JSON ({e})') from None
+    except ValueError as e:
+        raise ConfigError(f'{p / "config.json"}: not valid JSON ({e})') from None
     other = [f for f, types in FAMILY_TYPES.items() if kind in types and f != m.family]
-    if other: raise ConfigError(f'model.family={m.family!r}: the checkpoint is model_type={kind!r}; '
-                                f'expected model.family={other[0]!r}')
+    if other: raise ConfigError(f'model.family={m.family!r}: the checkpoint is '
+                                f'model_type={kind!r}; expected model.family={other[0]!r}')
 
 # %% ../../nbs/10_app/01a_preflight.ipynb #93f42b44
 def _output_dir(folder: str) -> None:
@@ -183,6 +188,8 @@ def preflight(cfg: RunConfig, *, tasks: bool = True): # also read the task files
     _model_files(cfg.model)
     load_plugins(cfg)
     _names(cfg)
+    try: TASK_SOURCES[cfg.tasks.source]
+    except UnknownName as e: raise ConfigError(f'tasks.source: {e}') from None
     for k in ('path', 'heldout_path'):
         p = getattr(cfg.tasks, k)
         if cfg.tasks.source == 'jsonl' and p and not Path(p).is_file():
@@ -211,18 +218,33 @@ def lock_run_folder(folder: str | Path) -> Path:
 
 # %% ../../nbs/10_app/01a_preflight.ipynb #78678d3e
 RESUMABLE = ('grpo.steps', 'log.', 'checkpoint.')  # may differ when a run folder is resumed
+POLICY = ('model.', 'chat.', 'env.', 'agent.')  # what `eval` of a checkpoint must share with it
 
-def check_resumable(saved: str | Path, cfg: RunConfig) -> None:
-    "`ConfigError` unless `cfg` may resume the run whose config was saved at `saved`."
+def _differences(saved: str | Path, cfg: RunConfig, keep) -> str:
+    "The first keys where the config saved at `saved` and `cfg` differ, outside/inside `keep`."
     from tunix_agentic.rollout.metrics import flatten_metrics  # {'a': {'b': 1}} -> {'a/b': 1}
     old, new = (flatten_metrics(c.to_dict()) for c in (load_config(saved), cfg))
     bad = [k for k in sorted(old.keys() | new.keys())
-           if old.get(k) != new.get(k) and not k.replace('/', '.').startswith(RESUMABLE)]
-    if bad:
+           if old.get(k) != new.get(k) and keep(k.replace('/', '.'))]
+    shown = ', '.join(f"{k.replace('/', '.')}: {old.get(k)!r} there, {new.get(k)!r} here"
+                      for k in bad[:3])
+    return shown + (', ...' if len(bad) > 3 else '')
+
+def check_resumable(saved: str | Path, cfg: RunConfig) -> None:
+    "`ConfigError` unless `cfg` may resume the run whose config was saved at `saved`."
+    diff = _differences(saved, cfg, lambda k: not k.startswith(RESUMABLE))
+    if diff:
         folder = Path(saved).parent
-        shown = ', '.join(f"{k.replace('/', '.')}: {old.get(k)!r} there, {new.get(k)!r} here"
-                          for k in bad[:3])
-        more = ', ...' if len(bad) > 3 else ''
-        raise ConfigError(f'{str(folder)!r} holds a checkpoint of another run ({shown}{more}); '
+        raise ConfigError(f'{str(folder)!r} holds a checkpoint of another run ({diff}); '
                           'choose another log.output_dir, remove the folder, or resume it as it '
                           f'was: tunix-agentic train {folder}')
+
+def check_same_policy(checkpoint: str | Path, cfg: RunConfig) -> None:
+    "`ConfigError` if the run that wrote `checkpoint` had another model, chat, env or agent."
+    p = Path(checkpoint).absolute()
+    saved = next((d / 'config.yaml' for d in (p, p.parent.parent, p.parent.parent.parent)
+                  if (d / 'config.yaml').is_file()), None)
+    diff = saved and _differences(saved, cfg, lambda k: k.startswith(POLICY))
+    if diff: raise ConfigError(f'checkpoint {str(checkpoint)!r} is of a run with another policy '
+                               f'({diff}); evaluate it with its own config: tunix-agentic eval '
+                               f'{saved.parent} --checkpoint {checkpoint}')

@@ -55,7 +55,8 @@ class TrainerConfig:
     def __post_init__(self):
         for f in ('learning_rate', 'temperature'):
             if getattr(self, f) <= 0: raise ValueError(f'{f} must be > 0, got {getattr(self, f)}')
-        for f, low in (('micro_batches', 1), ('logit_chunk', 0), ('epochs', 1), ('mini_batches', 1)):
+        lows = (('micro_batches', 1), ('logit_chunk', 0), ('epochs', 1), ('mini_batches', 1))
+        for f, low in lows:
             if getattr(self, f) < low:
                 raise ValueError(f'{f} must be >= {low}, got {getattr(self, f)}')
         if self.opt_state_dtype not in (None, 'float32', 'bfloat16'): raise ValueError(
