@@ -67,7 +67,7 @@ BAD = [  # (arguments, what the one line on stderr says); {file} is an existing 
     (['serve-rollout', '--port', '99999'], "argument --port: expected an integer in 0..65535"),
     (['serve-rollout', '--max-concurrent-rollouts', '0'], 'expected an integer >= 1'),
     (['train', 'calculator', 'grpo.stepz=1'],
-     "unknown config key 'grpo.stepz'; valid keys here: logit_chunk, lr"),
+     "unknown config key 'grpo.stepz'; valid keys here: b1, b2, epochs, final_lr"),
     (['train', 'calculator', 'grpo.steps=abc'], 'bad value for grpo.steps'),
     (['train', 'calculator', 'grpo.mode=fast'], "grpo.mode='fast': expected 'sync' or 'async'"),
     (['train', 'calculator', 'steps'], "override 'steps': expected key=value"),
