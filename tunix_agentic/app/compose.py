@@ -243,7 +243,8 @@ def sft_warm_start(trainer: Trainer, demos: list[Trajectory], cfg: RunConfig,
     from tqdm.auto import tqdm
     s = cfg.sft
     rng = random.Random(f'sft-{cfg.seed}')
-    order = list(range(len(demos))); rng.shuffle(order)
+    order = list(range(len(demos)))
+    rng.shuffle(order)
     total, losses = s.short_steps + s.full_steps, []
     bar = tqdm(range(total), desc='SFT warm start', disable=not cfg.log.progress)
     for k in bar:

@@ -63,7 +63,8 @@ def format_summary(s: dict) -> str:
              f"after SFT -> "
              f"{pct(s['heldout_success_after_rl'])} after GRPO "
              f"({'n/a' if lift != lift else format(lift, '+.1f')} points; sampled at "
-             f"T={c['episode']['sampling']['temperature']:g}, {c['tasks']['n_heldout']} problems); greedy "
+             f"T={c['episode']['sampling']['temperature']:g}, {c['tasks']['n_heldout']} problems); "
+             f"greedy "
              f"{pct(s['heldout_greedy_success_before_rl'])} -> "
              f"{pct(s['heldout_greedy_success_after_rl'])} (first {ng})",
              "  per turn, sampled (after SFT -> after GRPO):"]

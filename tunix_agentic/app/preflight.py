@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 from ..core.registry import Registry, UnknownName
 from ..rollout.dumps import read_jsonl
-from .config import RunConfig, ConfigError, load_config, to_yaml
+from .config import RunConfig, ConfigError, load_config
 
 # %% auto #0
 __all__ = ['TASK_SOURCES', 'FAMILY_TYPES', 'RESUMABLE', 'POLICY', 'is_import_path', 'load_object', 'load_plugins',
@@ -29,7 +29,9 @@ def _module(mod: str):
         spec = importlib.util.spec_from_file_location(name, p)
         m = sys.modules[name] = importlib.util.module_from_spec(spec)
         try: spec.loader.exec_module(m)
-        except BaseException: sys.modules.pop(name); raise
+        except BaseException:
+            sys.modules.pop(name)
+            raise
     return sys.modules[name]
 
 # %% ../../nbs/10_app/01a_preflight.ipynb #683d8510
@@ -209,10 +211,14 @@ def lock_run_folder(folder: str | Path) -> Path:
     f = open(d / '.lock', 'a+')
     try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        f.seek(0); pid = f.read().strip() or '?'; f.close()
+        f.seek(0)
+        pid = f.read().strip() or '?'
+        f.close()
         raise ConfigError(f'run folder {str(folder)!r} is in use by another process (pid {pid}); '
                           'wait for it to end or choose another log.output_dir') from None
-    f.truncate(0); f.write(f'{os.getpid()}\n'); f.flush()
+    f.truncate(0)
+    f.write(f'{os.getpid()}\n')
+    f.flush()
     _HELD_LOCKS[d] = f
     return d
 

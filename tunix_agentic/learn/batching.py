@@ -64,16 +64,18 @@ def make_batch(trajs: Sequence[Trajectory], *, pad_id: int = 0,
     T = bucket_length(max(len(t.input_ids) for t in trajs), buckets)
     B = math.ceil(len(trajs) / row_multiple) * row_multiple
     tokens = np.full((B, T), pad_id, np.int32)
-    mask = np.zeros((B, T), np.float32); old = np.zeros((B, T), np.float32)
-    truncated = np.zeros(B, np.float32); reward = np.zeros(B, np.float32)
+    mask, old = np.zeros((B, T), np.float32), np.zeros((B, T), np.float32)
+    truncated, reward = np.zeros(B, np.float32), np.zeros(B, np.float32)
     lengths = np.zeros(B, np.int32)  # tokens of each row before padding (0 for filler rows)
     for i, t in enumerate(trajs):
         n = len(t.input_ids)
         if n > T:
             _log.warning('trajectory %s has %d tokens, more than the largest bucket %d: cut',
                         t.episode_id, n, T)
-            n = T; truncated[i] = 1
-        tokens[i, :n] = t.input_ids[:n]; lengths[i] = n
+            n = T
+            truncated[i] = 1
+        tokens[i, :n] = t.input_ids[:n]
+        lengths[i] = n
         mask[i, :n - 1] = t.response_mask[1:n]
         old[i, :n - 1] = t.logprobs[1:n]
         truncated[i] = max(truncated[i], float(t.status == TrajectoryStatus.MAX_LENGTH))
