@@ -200,7 +200,8 @@ def _int_in(lo: int, hi: int | None = None):
 
 # %% ../../nbs/10_app/04_cli.ipynb #9b444d06
 def _run_commands(sub):
-    t = sub.add_parser('train', help='train as a YAML config or preset says, with overrides')
+    t = sub.add_parser('train', help='train as a YAML config or preset says, with overrides',
+                       epilog='every key, its type, default and meaning: tunix-agentic config')
     t.add_argument('config', metavar='CONFIG',
                    help=f'YAML file, run folder (resumes it) or preset: '
                         f'{", ".join(preset_names())}')
