@@ -16,7 +16,7 @@ from flax import nnx
 from fastcore.basics import patch
 from ..core.trajectory import Trajectory
 from .losses import LossConfig, ppo_clip_loss, masked_ce, token_mean, overlong_filter
-from .batching import (trajectory_advantages, make_batch, bucket_length,
+from .batching import (trajectory_advantages, make_batch,
                                           length_sorted_micro_batches, group_mini_batches)
 from .memory import policy_logprobs, with_state_dtype
 from .sharding import ShardingConfig, shard_tree, shard_batch
