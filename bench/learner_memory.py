@@ -79,7 +79,8 @@ def step_memory(trainer_cfg, graphdef, params, rest, batch) -> dict:
 def child(a) -> dict:
     import jax, jax.numpy as jnp
     from flax import nnx
-    from tunix_agentic.learn.trainer import Trainer, TrainerConfig, make_batch, trajectory_advantages
+    from tunix_agentic.learn.trainer import Trainer, TrainerConfig
+    from tunix_agentic.learn.batching import make_batch, trajectory_advantages
     kw = {k: (a.chunk if v is None else v) for k, v in VARIANTS[a.child].items()}
     cfg = TrainerConfig(learning_rate=1e-5, buckets=(a.seq,), micro_batches=a.micro,
                         opt_state_dtype='float32' if a.dtype == 'bfloat16' else None, **kw)

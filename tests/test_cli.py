@@ -67,7 +67,7 @@ BAD = [  # (arguments, what the one line on stderr says); {file} is an existing 
     (['serve-rollout', '--port', '99999'], "argument --port: expected an integer in 0..65535"),
     (['serve-rollout', '--max-concurrent-rollouts', '0'], 'expected an integer >= 1'),
     (['train', 'calculator', 'grpo.stepz=1'],
-     "unknown config key 'grpo.stepz'; valid keys here: logit_chunk, lr"),
+     "unknown config key 'grpo.stepz'; valid keys here: b1, b2, epochs, final_lr"),
     (['train', 'calculator', 'grpo.steps=abc'], 'bad value for grpo.steps'),
     (['train', 'calculator', 'grpo.mode=fast'], "grpo.mode='fast': expected 'sync' or 'async'"),
     (['train', 'calculator', 'steps'], "override 'steps': expected key=value"),
@@ -108,7 +108,7 @@ def test_train_preset_prints_the_demos_summary(tmp_path):
     assert 'nan%' not in a.stdout
 
 
-HOLD = ('import sys, time; from tunix_agentic.app.config import lock_run_folder; '
+HOLD = ('import sys, time; from tunix_agentic.app.preflight import lock_run_folder; '
         'lock_run_folder(sys.argv[1]); print("held", flush=True); time.sleep(600)')
 
 
@@ -179,3 +179,26 @@ def test_a_run_folder_resumes_only_its_own_run(tmp_path):
     from tunix_agentic.app.config import load_config  # `demo --quick` stays out of `demo`'s folder
     assert (load_config('calculator_quick').log.output_dir, load_config('calculator').log.output_dir) \
         == ('runs/demo_quick', 'runs/demo')
+
+
+def test_config_prints_every_key_with_type_default_and_meaning():
+    "`tunix-agentic config [PRESET]`: the schema, generated from the config classes, one key a line."
+    from dataclasses import fields, is_dataclass
+    from tunix_agentic.app.config import RunConfig
+    def leaves(obj, prefix=''):
+        for f in fields(obj):
+            v = getattr(obj, f.name)
+            yield from leaves(v, f'{prefix}{f.name}.') if is_dataclass(v) else [prefix + f.name]
+    r = run('config')
+    assert r.returncode == 0, r.stderr
+    lines = {l.split(':')[0]: l for l in r.stdout.splitlines()}
+    for key in leaves(RunConfig()):
+        line = lines[key]  # every leaf key is printed ...
+        meaning = line.split('  # ', 1)[1]
+        assert meaning.strip(), f'{key} has no meaning: {line!r}'  # ... with one line of meaning
+    assert lines['grpo.loss.kl_coef'] == ('grpo.loss.kl_coef: float = 0.0  # weight of the k3 KL to '
+                                          'the policy GRPO starts from (0: none)')
+    q = run('config', 'calculator_quick')  # a preset's values
+    assert 'grpo.steps: int = 1  #' in q.stdout and 'sft.n_demos: int = 16  #' in q.stdout
+    bad = run('config', 'nope')
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1

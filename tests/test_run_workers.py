@@ -23,7 +23,7 @@ def test_grpo_steps_collected_by_two_worker_processes(tmp_path):
     from tunix_agentic.app.run import Run
     from tunix_agentic.rollout.process_workers import ProcessCollector
     run = Run.from_config('calculator_quick', overrides=[
-        'workers.kind=processes', 'workers.count=2', 'sft.n_demos=0', 'grpo.steps=2',
+        'workers.kind=processes', 'workers.num_workers=2', 'sft.n_demos=0', 'grpo.steps=2',
         'log.tensorboard=false', f'log.output_dir={tmp_path}'])
     first = run.step()
     pool = run.loop.collector

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 # a few GRPO steps straight from the re-headed tiny model (no SFT), checkpoints every step
-ARGS = ['calculator_quick', 'sft.n_demos=0', 'grpo.steps=3', 'checkpoint.every=1', 'tasks.n_heldout=2',
+ARGS = ['calculator_quick', 'sft.n_demos=0', 'grpo.steps=3', 'checkpoint.save_every=1', 'tasks.n_heldout=2',
         'eval.n_greedy=1', 'log.tensorboard=false']
 
 

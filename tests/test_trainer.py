@@ -4,7 +4,8 @@ from flax import nnx
 from tunix_agentic.models.qwen2 import Qwen2, ModelConfig
 from tunix_agentic.core.trajectory import Trajectory
 from tunix_agentic.learn.losses import LossConfig
-from tunix_agentic.learn.trainer import Trainer, TrainerConfig, make_batch, trajectory_advantages
+from tunix_agentic.learn.trainer import Trainer, TrainerConfig
+from tunix_agentic.learn.batching import make_batch, trajectory_advantages
 
 MCFG = ModelConfig.tiny(vocab_size=64, num_layers=2, hidden_size=32, intermediate_size=64, head_dim=16)
 
@@ -70,7 +71,7 @@ def _traj(ids, mask, reward=0., gid='g'):
 
 @pytest.mark.timeout(300)
 def test_length_sorted_micro_batches_equal_the_full_batch():
-    from tunix_agentic.learn.trainer import length_sorted_micro_batches
+    from tunix_agentic.learn.batching import length_sorted_micro_batches
     mixed = [_traj(list(range(1, n + 1)), [0, 0] + [1] * (n - 2), reward=float(n % 2), gid=str(n % 3))
              for n in (3, 9, 4, 5, 12, 3, 7, 6)]
     full = Trainer(Qwen2(MCFG1, rngs=nnx.Rngs(0)), TrainerConfig.tiny(buckets=(4, 8, 16)))

@@ -6,8 +6,10 @@
 from __future__ import annotations
 import argparse, json, logging, os, platform, sys
 from pathlib import Path
-from .config import (ConfigError, load_config, to_yaml, preset_names, preflight,
-                                      lock_run_folder)
+from .config import (ConfigError, load_config, to_yaml, preset_names,
+                                      describe_config)
+from .preflight import (preflight, lock_run_folder, check_resumable,
+                                         check_same_policy)
 
 # %% auto #0
 __all__ = ['HUGE_PAGES', 'scripted_calculator_episode', 'format_token_table', 'build_parser', 'huge_page_env', 'main']
@@ -48,7 +50,7 @@ def scripted_calculator_episode(a: int = 123, b: int = 456, c: int = 789):
                                   f'The answer is {a * b + c}.'])
     task = {'question': f'What is {a} * {b} + {c}?', 'answer': f'#### {a * b + c}'}
     env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_turns=4)
-    coll = TrajectoryCollector(engine, tok, env_fn, config=CollectConfig(max_turns=4, group_size=1))
+    coll = TrajectoryCollector(engine, tok, env_fn, config=CollectConfig(group_size=1))
     return coll.run([task])[0], tok
 
 # %% ../../nbs/10_app/04_cli.ipynb #7878a223
@@ -103,9 +105,11 @@ def _sources(config: str, overrides: list[str]) -> tuple[list, list[str]]:
 def _train(cfg, verbose: bool, seeds: list[int] | None = None, jobs: int = 1) -> int:
     "Print the resolved config, train (several seeds: each in its own process), print the summary."
     _check_out(cfg.log.output_dir)
-    preflight(cfg)  # names and files, before JAX loads
-    lock_run_folder(cfg.log.output_dir)  # a second train into this folder: one line, exit 2
     saved = Path(cfg.log.output_dir) / 'config.yaml'
+    if saved.is_file() and (saved.parent / 'grpo' / 'checkpoints').is_dir():
+        check_resumable(saved, cfg)  # another run's checkpoint: refused first
+    preflight(cfg)  # plugins, names and files (JAX loads last, for the loss's names)
+    lock_run_folder(cfg.log.output_dir)  # a second train into this folder: one line, exit 2
     print(f'# resolved config (saved as {saved})\n{to_yaml(cfg)}', flush=True)
     _quiet(verbose)
     from tunix_agentic.app.run import Run, run_seeds
@@ -147,18 +151,25 @@ def _cmd_eval(args) -> int:
     "Held-out evaluation of a checkpoint: the config's model and problems, its weights."
     sources, overrides = _sources(args.config, args.overrides)
     cfg = load_config(*sources, overrides=overrides)
-    preflight(cfg)
     if not Path(args.checkpoint).exists():
         raise ConfigError(f'checkpoint {str(args.checkpoint)!r} not found')
+    check_same_policy(args.checkpoint, cfg)  # another run's weights under this config: refused
+    preflight(cfg)
     _quiet(args.verbose)
     from tunix_agentic.app.run import evaluate_checkpoint
     from tunix_agentic.app.demo import pct
     r = evaluate_checkpoint(cfg, args.checkpoint)
     print(f"step {r['step']} of {r['checkpoint']}: held-out success "
           f"{pct(r['sampled']['final_answer'])} "
-          f"sampled at T={cfg.episode.temperature:g} ({r['problems']} problems), greedy "
+          f"sampled at T={cfg.episode.sampling.temperature:g} ({r['problems']} problems), greedy "
           f"{pct(r['greedy']['final_answer'])} (first {min(cfg.eval.n_greedy, r['problems'])})")
     print(json.dumps(r, indent=2))
+    return 0
+
+# %% ../../nbs/10_app/04_cli.ipynb #95896f23
+def _cmd_config(args) -> int:
+    "Print every config key: type, value (the defaults, or the preset's) and meaning."
+    print(describe_config(load_config(args.preset) if args.preset else None))
     return 0
 
 # %% ../../nbs/10_app/04_cli.ipynb #c4643619
@@ -189,7 +200,8 @@ def _int_in(lo: int, hi: int | None = None):
 
 # %% ../../nbs/10_app/04_cli.ipynb #9b444d06
 def _run_commands(sub):
-    t = sub.add_parser('train', help='train as a YAML config or preset says, with overrides')
+    t = sub.add_parser('train', help='train as a YAML config or preset says, with overrides',
+                       epilog='every key, its type, default and meaning: tunix-agentic config')
     t.add_argument('config', metavar='CONFIG',
                    help=f'YAML file, run folder (resumes it) or preset: '
                         f'{", ".join(preset_names())}')
@@ -201,6 +213,9 @@ def _run_commands(sub):
     v.add_argument('--checkpoint', required=True, type=Path,
                    help='a run folder, its grpo/checkpoints folder, or one step in it')
     v.set_defaults(fn=_cmd_eval)
+    c = sub.add_parser('config', help="every config key: type, value (or a preset's), meaning")
+    c.add_argument('preset', nargs='?', metavar='CONFIG', help='a YAML file or preset')
+    c.set_defaults(fn=_cmd_config)
     d = sub.add_parser('demo', help='train the calculator preset: SFT, GRPO, tiny model, CPU')
     d.add_argument('--out', type=Path, default=None,
                    help='output folder (metrics, plot, dumps, checkpoints, model)')

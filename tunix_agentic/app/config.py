@@ -4,206 +4,23 @@
 
 # %% ../../nbs/10_app/01_config.ipynb #d49776c1
 from __future__ import annotations
-import dataclasses, importlib.resources, importlib.util, warnings
+import dataclasses, importlib.resources, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
-from ..core.registry import Registry
+from typing import Sequence
+from .sections import (ConfigError, check, ModelSection, ChatSection, TasksSection,
+    EnvSection, AgentSection, EpisodeSection, CollectSection, EngineSection, WorkersSection,
+    SFTSection, GRPOSection, EvalSection, LogSection, CheckpointSection)
 
 # %% auto #0
-__all__ = ['MODEL_SOURCES', 'HF_FAMILIES', 'ENGINES', 'WORKERS', 'PRESETS', 'RESUMABLE', 'ConfigError', 'ModelSection',
-           'ChatSection', 'TasksSection', 'EnvSection', 'AgentSection', 'EpisodeSection', 'CollectSection',
-           'EngineSection', 'WorkersSection', 'SFTSection', 'GRPOSection', 'EvalSection', 'LogSection',
-           'CheckpointSection', 'RunConfig', 'preset_names', 'config_path', 'packaged_file', 'load_config', 'to_yaml',
-           'preflight', 'lock_run_folder', 'check_resumable']
-
-# %% ../../nbs/10_app/01_config.ipynb #4dafc353
-class ConfigError(ValueError):
-    "A user's config is wrong; the message is one line that says where and what was expected."
-
-def _check(ok: bool, where: str, value: Any, expected: str):
-    if not ok: raise ConfigError(f'{where}={value!r}: expected {expected}')
-
-def _positive(obj, section: str, names: Sequence[str], least: int = 1):
-    for n in names:
-        v = getattr(obj, n)
-        _check(v >= least, f'{section}.{n}', v, f'an integer >= {least}')
-
-# %% ../../nbs/10_app/01_config.ipynb #90084630
-MODEL_SOURCES = ('default', 'hf', 'gguf')
-HF_FAMILIES = ('qwen2', 'gemma3', 'llama3')
-
-@dataclass(frozen=True, kw_only=True)
-class ModelSection:
-    "Where the policy's weights come from."
-    source: str = 'default'         # 'default' (the embedded tiny Qwen2) | 'hf' | 'gguf'
-    path: str | None = None         # the HF folder or GGUF file
-    family: str = 'qwen2'           # hf: 'qwen2' | 'gemma3' | 'llama3'
-    dtype: str | None = None        # e.g. 'float32', 'bfloat16' (None: the checkpoint's)
-    num_heads: int | None = None    # default: re-head the tiny model and initialise it fresh
-    num_kv_heads: int | None = None
-    head_dim: int | None = None
-    def __post_init__(self):
-        _check(self.source in MODEL_SOURCES, 'model.source', self.source, f'one of {MODEL_SOURCES}')
-        _check(self.family in HF_FAMILIES, 'model.family', self.family, f'one of {HF_FAMILIES}')
-        _check(self.source == 'default' or bool(self.path), 'model.path', self.path,
-               f'a path (model.source={self.source!r} reads one)')
-    @property
-    def reheaded(self) -> bool: return self.num_heads is not None
-
-# %% ../../nbs/10_app/01_config.ipynb #7fa568d2
-@dataclass(frozen=True, kw_only=True)
-class ChatSection:
-    "Tokenizer and chat format."
-    tokenizer: str | None = None    # an HF tokenizer folder (None: the model's own)
-    pad_token: str = '<|endoftext|>'
-
-@dataclass(frozen=True, kw_only=True)
-class TasksSection:
-    "Training and held-out problems."
-    source: str = 'calculator'      # a registered generator ('calculator') or 'jsonl'
-    path: str | None = None         # jsonl: training rows
-    heldout_path: str | None = None # jsonl: held-out rows (None: the last n_heldout of `path`)
-    fields: dict[str, str] = field(default_factory=lambda: {'question': 'question',
-                                                            'answer': 'answer'})
-    n_train: int = 4000             # training problems (the SFT demonstrations are the first)
-    n_heldout: int = 256            # held-out problems
-    def __post_init__(self):
-        _positive(self, 'tasks', ('n_train', 'n_heldout'))
-        _check(self.source != 'jsonl' or bool(self.path), 'tasks.path', self.path,
-               "a JSONL file (tasks.source='jsonl' reads one)")
-        missing = {'question', 'answer'} - set(self.fields)
-        _check(not missing, 'tasks.fields', dict(self.fields),
-               "a mapping with keys 'question' and 'answer' (our name: the file's field)")
-
-@dataclass(frozen=True, kw_only=True)
-class EnvSection:
-    "The environment, its tools and its reward, by registered name."
-    env: str = 'tool'
-    toolset: str = 'calculator'
-    reward: str = 'gsm8k'
-
-@dataclass(frozen=True, kw_only=True)
-class AgentSection:
-    "The agent: a `ToolAgent` with this system prompt and tool-call parser."
-    parser: str = 'qwen'
-    system_prompt: str | None = None  # None: the task source's own
-
-# %% ../../nbs/10_app/01_config.ipynb #e89f702b
-ENGINES = ('jax', 'sglang', 'http')
-WORKERS = ('none', 'processes', 'ray')
-
-@dataclass(frozen=True, kw_only=True)
-class EpisodeSection:
-    "What one episode may spend."
-    max_turns: int = 4
-    max_new_tokens: int = 48
-    max_seq_len: int = 1024
-    temperature: float = 1.0        # sampling temperature of RL and of the headline evaluation
-    timeout_s: float = 1800.0
-    def __post_init__(self):
-        _positive(self, 'episode', ('max_turns', 'max_new_tokens', 'max_seq_len'))
-        _check(self.temperature >= 0, 'episode.temperature', self.temperature, 'a number >= 0')
-
-@dataclass(frozen=True, kw_only=True)
-class CollectSection:
-    "Problems per GRPO step and episodes per problem."
-    tasks_per_step: int = 8
-    group_size: int = 8
-    def __post_init__(self): _positive(self, 'collect', ('tasks_per_step', 'group_size'))
-
-@dataclass(frozen=True, kw_only=True)
-class EngineSection:
-    "What generates: our `JaxEngine` (the trainer's weights, pushed each step)."
-    kind: str = 'jax'               # 'jax' | 'sglang' | 'http' (train runs 'jax' today)
-    max_batch: int = 64             # rows decoded together, at most
-    def __post_init__(self):
-        _check(self.kind in ENGINES, 'engine.kind', self.kind, f'one of {ENGINES}')
-        _positive(self, 'engine', ('max_batch',))
-
-@dataclass(frozen=True, kw_only=True)
-class WorkersSection:
-    "Where episodes run: in this process, in worker processes, or on Ray."
-    kind: str = 'none'              # 'none' | 'processes' | 'ray'
-    count: int = 1
-    def __post_init__(self):
-        _check(self.kind in WORKERS, 'workers.kind', self.kind, f'one of {WORKERS}')
-        _positive(self, 'workers', ('count',))
-
-# %% ../../nbs/10_app/01_config.ipynb #02777986
-@dataclass(frozen=True, kw_only=True)
-class SFTSection:
-    "The warm start: `short_steps` without the shared prompt prefix, then `full_steps` with it."
-    n_demos: int = 3000             # demonstrations (0: no SFT)
-    teacher: str = 'calculator'     # 'calculator' | 'code' (prints the known answer in the sandbox)
-    wrong_tool: float = 0.25        # the teacher's error rates
-    wrong_arg: float = 0.05
-    wrong_answer: float = 0.1
-    short_steps: int = 500
-    full_steps: int = 60
-    batch: int = 32
-    lr: float = 3e-3
-    warmup_steps: int = 10
-    final_lr: float | None = None   # cosine decay to this by the last step (None: constant lr)
-    logit_chunk: int = 0            # log-probs this many tokens at a time (0: full logits)
-    def __post_init__(self):
-        _check(self.final_lr is None or 0 <= self.final_lr <= self.lr, 'sft.final_lr',
-               self.final_lr, f'None or a number in 0..sft.lr={self.lr}')
-        _positive(self, 'sft', ('short_steps', 'full_steps', 'n_demos', 'warmup_steps',
-                               'logit_chunk'), 0)
-        _positive(self, 'sft', ('batch',))
-        _check(self.teacher in ('calculator', 'code'), 'sft.teacher', self.teacher,
-               "'calculator' or 'code'")
-
-@dataclass(frozen=True, kw_only=True)
-class GRPOSection:
-    "Multi-turn GRPO through the online loop."
-    steps: int = 16
-    lr: float = 2e-4
-    micro_batches: int = 8          # one batch of 64 long rows peaked at 16 GB in one piece
-    mode: str = 'sync'              # 'sync' | 'async'
-    max_staleness: int = 1
-    logit_chunk: int = 0            # as sft.logit_chunk: bounds memory at large vocabularies
-    def __post_init__(self):
-        _positive(self, 'grpo', ('steps', 'logit_chunk'), 0)
-        _positive(self, 'grpo', ('micro_batches',))
-        _check(self.mode in ('sync', 'async'), 'grpo.mode', self.mode, "'sync' or 'async'")
-
-# %% ../../nbs/10_app/01_config.ipynb #f21e4458
-@dataclass(frozen=True, kw_only=True)
-class EvalSection:
-    "Held-out evaluation: before and after GRPO, and every `every` steps on `size` problems."
-    n_greedy: int = 64              # of the held-out problems, how many also run greedily
-    every: int = 0                  # evaluate during GRPO every this many steps (0: never)
-    size: int = 64                  # problems of each evaluation during GRPO
-    def __post_init__(self):
-        _positive(self, 'eval', ('n_greedy', 'size'))
-        _positive(self, 'eval', ('every',), 0)
-
-@dataclass(frozen=True, kw_only=True)
-class LogSection:
-    "Where the run writes and which metric sinks it feeds."
-    output_dir: str = 'runs/train'
-    progress: bool = True
-    tensorboard: bool = True
-    wandb_project: str | None = None
-    plot_every: int = 10
-
-@dataclass(frozen=True, kw_only=True)
-class CheckpointSection:
-    "Orbax checkpoints of the learner (and the stream's position) every `every` GRPO steps."
-    every: int = 0                  # 0: only at the end
-    keep: int = 3
-    save_hf: bool = True            # write the final policy as an HF folder (`<output_dir>/model`)
-    def __post_init__(self):
-        _positive(self, 'checkpoint', ('every',), 0)
-        _positive(self, 'checkpoint', ('keep',))
+__all__ = ['PRESETS', 'RENAMED', 'RunConfig', 'preset_names', 'config_path', 'packaged_file', 'load_config', 'to_yaml',
+           'describe_config']
 
 # %% ../../nbs/10_app/01_config.ipynb #8d98eaec
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
     "Everything a training run needs: the sections above and the seed."
-    seed: int = 0
+    seed: int = 0                   # seeds tasks, teacher, initialisation, sampling and order
     model: ModelSection = field(default_factory=ModelSection)
     chat: ChatSection = field(default_factory=ChatSection)
     tasks: TasksSection = field(default_factory=TasksSection)
@@ -219,11 +36,19 @@ class RunConfig:
     log: LogSection = field(default_factory=LogSection)
     checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
     def __post_init__(self):
-        _check(self.sft.n_demos <= self.tasks.n_train, 'sft.n_demos', self.sft.n_demos,
+        s, g, c = self.sft, self.grpo, self.collect
+        check(s.n_demos <= self.tasks.n_train, 'sft.n_demos', s.n_demos,
                f'at most tasks.n_train={self.tasks.n_train}')
         calc = self.tasks.source == 'calculator'
-        _check(self.sft.n_demos == 0 or calc == (self.sft.teacher == 'calculator'), 'sft.teacher',
-               self.sft.teacher, "'calculator' for calculator tasks, 'code' for others")
+        check(s.n_demos == 0 or calc == (s.teacher == 'calculator'), 'sft.teacher',
+               s.teacher, "'calculator' for calculator tasks, 'code' for others")
+        check(c.group_size > 1 or not g.steps, 'collect.group_size', c.group_size,
+               'at least 2 with grpo.steps > 0 (advantages compare the episodes of one problem: '
+               'in groups of one every advantage is 0 and GRPO trains nothing)')
+        check(g.mini_batches <= c.tasks_per_step, 'grpo.mini_batches', g.mini_batches,
+               f'at most collect.tasks_per_step={c.tasks_per_step} (a mini-batch is whole groups)')
+        check(g.mode == 'sync' or g.epochs * g.mini_batches == 1, 'grpo.mode', g.mode,
+               "'sync' with grpo.epochs or grpo.mini_batches > 1 (async staleness counts batches)")
     def to_dict(self) -> dict: return dataclasses.asdict(self)
 
 # %% ../../nbs/10_app/01_config.ipynb #bf1c4ebf
@@ -243,6 +68,14 @@ def config_path(name: str | Path) -> Path:
                       f'({", ".join(preset_names())})')
 
 # %% ../../nbs/10_app/01_config.ipynb #72c4f332
+RENAMED = {'episode.max_turns': 'env.max_turns', 'episode.timeout_s': 'episode.episode_timeout_s',
+           'episode.max_new_tokens': 'episode.sampling.max_new_tokens',
+           'episode.temperature': 'episode.sampling.temperature', 'env.toolset': 'env.tools',
+           'env.reward': 'env.reward_fn', 'agent.parser': 'agent.parser_name',
+           'workers.count': 'workers.num_workers', 'sft.lr': 'sft.learning_rate',
+           'grpo.lr': 'grpo.learning_rate', 'checkpoint.every': 'checkpoint.save_every',
+           'checkpoint.keep': 'checkpoint.keep_checkpoints'}  # old key -> its component's name
+
 def _valid_keys(schema, full_key: str) -> list[str]:
     "The keys that exist next to `full_key` in `schema`."
     node = schema
@@ -254,6 +87,7 @@ def _valid_keys(schema, full_key: str) -> list[str]:
 def _one_line(err, schema) -> ConfigError:
     from omegaconf.errors import ConfigKeyError, ValidationError
     key = getattr(err, 'full_key', None) or '?'
+    if key in RENAMED: return ConfigError(f'config key {key!r} is now {RENAMED[key]!r}')
     if isinstance(err, ConfigKeyError):
         return ConfigError(f'unknown config key {key!r}; valid keys here: '
                            f'{", ".join(_valid_keys(schema, key))}')
@@ -272,11 +106,18 @@ def packaged_file(name: str) -> str:
 # %% ../../nbs/10_app/01_config.ipynb #c1c7ca9e
 def _load_yaml(src: str | Path, depth: int = 0) -> list:
     "A YAML file's config, after the configs its `base:` (a name or a list) names."
+    import yaml
     from omegaconf import OmegaConf
     p = config_path(src)
     if depth > 8: raise ConfigError(f'{p}: base: nests more than 8 deep (a cycle?)')
-    conf = OmegaConf.load(p)
-    bases = conf.pop('base', None) if hasattr(conf, 'pop') else None
+    try: conf = OmegaConf.load(p)
+    except yaml.YAMLError as e:
+        mark = getattr(e, 'problem_mark', None)
+        where = f'{p}:{mark.line + 1}' if mark else str(p)
+        raise ConfigError(f'{where}: not valid YAML ({getattr(e, "problem", None) or e})') from None
+    except UnicodeDecodeError: raise ConfigError(f'{p}: not a text (YAML) file') from None
+    if not hasattr(conf, 'keys'): raise ConfigError(f'{p}: expected a YAML mapping (key: value)')
+    bases = conf.pop('base', None)
     out = []
     for b in [bases] if isinstance(bases, str) else list(bases or []):
         out += _load_yaml(p.parent / b if (p.parent / b).is_file() else b, depth + 1)
@@ -312,67 +153,26 @@ def to_yaml(cfg: RunConfig) -> str:
     from omegaconf import OmegaConf
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
-# %% ../../nbs/10_app/01_config.ipynb #91550aa6
-def _names(cfg: RunConfig):
-    from tunix_agentic.envs.environments import ENV_REGISTRY, TOOLSETS
-    from tunix_agentic.envs.rewards import get_reward_fn
-    from tunix_agentic.chat.parsers import get_tool_parser
-    for key, look in (('env.env', lambda: ENV_REGISTRY[cfg.env.env]),
-                      ('env.toolset', lambda: TOOLSETS[cfg.env.toolset]),
-                      ('env.reward', lambda: get_reward_fn(cfg.env.reward)),
-                      ('agent.parser', lambda: get_tool_parser(cfg.agent.parser))):
-        try: look()
-        except (KeyError, ValueError) as e:
-            raise ConfigError(f'{key}: {str(e).strip(chr(39))}') from None
+# %% ../../nbs/10_app/01_config.ipynb #5affcf4f
+def _meanings(cls) -> dict[str, str]:
+    "Field -> the comment written beside it, over the class and its dataclass bases."
+    from fastcore.docments import docments
+    out: dict[str, str] = {}
+    for base in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(base) and base is not object:
+            out.update({k: v for k, v in docments(base).items() if v})
+    return out
 
-def preflight(cfg: RunConfig):
-    "Raise `ConfigError` for what `train` cannot run: engine, workers, names, missing files."
-    _check(cfg.engine.kind == 'jax', 'engine.kind', cfg.engine.kind, "'jax' (train drives our "
-           'JaxEngine today; sglang-jax and HTTP engines serve rollouts through serve-rollout)')
-    if cfg.workers.kind == 'ray' and importlib.util.find_spec('ray') is None:
-        raise ConfigError("workers.kind='ray': Ray is not installed (pip install ray), "
-                          "or use workers.kind=processes")
-    _names(cfg)
-    if cfg.model.source != 'default' and not Path(cfg.model.path).exists():
-        raise ConfigError(f'model.path={cfg.model.path!r}: no such file or folder')
-    for k in ('path', 'heldout_path'):
-        p = getattr(cfg.tasks, k)
-        if cfg.tasks.source == 'jsonl' and p and not Path(p).is_file():
-            raise ConfigError(f'tasks.{k}={p!r}: no such file')
-
-# %% ../../nbs/10_app/01_config.ipynb #4ea3caf5
-_HELD_LOCKS: dict[Path, Any] = {}   # folder -> the open lock file this process holds
-
-def lock_run_folder(folder: str | Path) -> Path:
-    "Hold `folder` for this process; `ConfigError` if another process holds it."
-    import fcntl, os
-    d = Path(folder).resolve()
-    if d in _HELD_LOCKS: return d
-    d.mkdir(parents=True, exist_ok=True)
-    f = open(d / '.lock', 'a+')
-    try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0); pid = f.read().strip() or '?'; f.close()
-        raise ConfigError(f'run folder {str(folder)!r} is in use by another process (pid {pid}); '
-                          'wait for it to end or choose another log.output_dir') from None
-    f.truncate(0); f.write(f'{os.getpid()}\n'); f.flush()
-    _HELD_LOCKS[d] = f
-    return d
-
-# %% ../../nbs/10_app/01_config.ipynb #78678d3e
-RESUMABLE = ('grpo.steps', 'log.', 'checkpoint.')  # may differ when a run folder is resumed
-
-def check_resumable(saved: str | Path, cfg: RunConfig) -> None:
-    "`ConfigError` unless `cfg` may resume the run whose config was saved at `saved`."
-    from tunix_agentic.rollout.metrics import flatten_metrics  # {'a': {'b': 1}} -> {'a/b': 1}
-    old, new = (flatten_metrics(c.to_dict()) for c in (load_config(saved), cfg))
-    bad = [k for k in sorted(old.keys() | new.keys())
-           if old.get(k) != new.get(k) and not k.replace('/', '.').startswith(RESUMABLE)]
-    if bad:
-        folder = Path(saved).parent
-        shown = ', '.join(f"{k.replace('/', '.')}: {old.get(k)!r} there, {new.get(k)!r} here"
-                          for k in bad[:3])
-        more = ', ...' if len(bad) > 3 else ''
-        raise ConfigError(f'{str(folder)!r} holds a checkpoint of another run ({shown}{more}); '
-                          'choose another log.output_dir, remove the folder, or resume it as it '
-                          f'was: tunix-agentic train {folder}')
+def describe_config(cfg: RunConfig | None = None) -> str:
+    "Every key of `cfg` (default: the defaults): `key: type = value  # meaning`, one per line."
+    lines = []
+    def walk(obj, prefix: str):
+        means = _meanings(type(obj))
+        for f in dataclasses.fields(obj):
+            v, key = getattr(obj, f.name), prefix + f.name
+            if dataclasses.is_dataclass(v):
+                lines.append(f'{key}:  # {type(v).__doc__}')
+                walk(v, key + '.')
+            else: lines.append(f'{key}: {f.type} = {v!r}  # {means.get(f.name, "")}')
+    walk(cfg or RunConfig(), '')
+    return '\n'.join(lines)

@@ -9,25 +9,22 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
 import numpy as np
-from ..learn.losses import LossConfig
-from ..learn.trainer import Trainer, TrainerConfig
-from ..learn.loop import (OnlineLoop, LoopConfig, MetricSinks, read_metrics,
-                                      latest_per_step, CompileLog)
+from ..learn.trainer import Trainer
+from ..learn.loop import (OnlineLoop, MetricSinks, read_metrics, latest_per_step,
+                                      CompileLog)
 from ..rollout.dumps import DumpWriter
-from .config import (RunConfig, ConfigError, load_config, to_yaml, preflight,
-                                      lock_run_folder, check_resumable)
-from .demo import (load_tasks, build_policy, make_engine, make_collector, evaluate,
-                   engine_on_copy, evaluate_both, teacher_demonstrations, sft_warm_start, plot_demo,
-                   diagnosis_of, env_factory, agent_factory, seeds_table, plot_seeds,
-                   make_worker_pool)
+from .config import RunConfig, ConfigError, load_config, to_yaml
+from .preflight import preflight, load_tasks, lock_run_folder, check_resumable
+from .compose import (build_policy, make_engine, make_collector, evaluate,
+                                       engine_on_copy, evaluate_both, teacher_demonstrations,
+                                       sft_warm_start, diagnosis_of, env_factory, agent_factory,
+                                       make_worker_pool, trainer_config, loop_config,
+                                       prompt_tokens, episode_config)
+from .demo import plot_demo, seeds_table, plot_seeds
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['BUCKETS', 'compilation_cache', 'Run', 'evaluate_checkpoint', 'train_subprocess', 'run_seeds']
-
-# %% ../../nbs/10_app/03_run.ipynb #172a3a91
-# every row length the trainer compiles for: SFT rows and RL rows past the shared prefix
-BUCKETS = (128, 144, 160, 192, 256, 384, 512, 768, 1024)
+__all__ = ['compilation_cache', 'Run', 'evaluate_checkpoint', 'train_subprocess', 'run_seeds']
 
 # %% ../../nbs/10_app/03_run.ipynb #b97e3038
 def compilation_cache(folder: str | Path | None = None) -> str | None:
@@ -53,6 +50,11 @@ class Run:
         self.pad_id = self.tok.convert_tokens_to_ids(cfg.chat.pad_token)
         if self.pad_id is None or self.pad_id == self.tok.unk_token_id:
             raise ConfigError(f'chat.pad_token={cfg.chat.pad_token!r}: not in the tokenizer')
+        if self.train_tasks:
+            n = prompt_tokens(cfg, self.tok, self.train_tasks[0])
+            if n >= cfg.episode.max_seq_len: raise ConfigError(
+                f'episode.max_seq_len={cfg.episode.max_seq_len}: expected more than the {n} tokens '
+                'of the first prompt (system prompt, tools, question); no episode could train')
         self.sft_losses: list[float] = []
         self.teacher_diagnosis: dict | None = None
         self.times: dict[str, float] = {}
@@ -82,11 +84,7 @@ def _warm_start(self: Run) -> list[float]:
     t = time.perf_counter()
     demos = teacher_demonstrations(self.train_tasks, self.tok, c)
     self.times['demonstrations_s'] = time.perf_counter() - t
-    steps = max(c.sft.short_steps + c.sft.full_steps, c.sft.warmup_steps + 1)
-    decay = {} if c.sft.final_lr is None else {'decay_to': (steps, c.sft.final_lr)}
-    sft = Trainer(self.model, TrainerConfig(learning_rate=c.sft.lr, warmup_steps=c.sft.warmup_steps,
-                                            buckets=BUCKETS, pad_id=self.pad_id, shared_prefix=16,
-                                            logit_chunk=c.sft.logit_chunk, **decay))
+    sft = Trainer(self.model, trainer_config(c, 'sft', self.pad_id))
     t = time.perf_counter()
     self.sft_losses = sft_warm_start(sft, demos, c, self.sinks)
     self.times['sft_s'] = time.perf_counter() - t
@@ -100,12 +98,7 @@ Run.warm_start = _warm_start
 # %% ../../nbs/10_app/03_run.ipynb #fe1cb72b
 def _learner(self: Run) -> Trainer:
     if self._learner is None:
-        c = self.cfg
-        self._learner = Trainer(self.model, TrainerConfig(
-            learning_rate=c.grpo.lr, buckets=BUCKETS, pad_id=self.pad_id,
-            temperature=c.episode.temperature, shared_prefix=16, micro_batches=c.grpo.micro_batches,
-            sort_micro_batches=True, logit_chunk=c.grpo.logit_chunk,
-            loss=LossConfig(advantage='grpo', aggregation='token-mean')))
+        self._learner = Trainer(self.model, trainer_config(self.cfg, 'grpo', self.pad_id))
     return self._learner
 
 def _rows(self: Run) -> int:
@@ -124,14 +117,9 @@ def _loop(self: Run) -> OnlineLoop:
     if self._loop is None:
         c = self.cfg
         lock_run_folder(self.out)  # the loop writes checkpoints there
-        lcfg = LoopConfig(steps=max(c.grpo.steps, 1), tasks_per_step=c.collect.tasks_per_step,
-                          mode=c.grpo.mode, max_staleness=c.grpo.max_staleness,
-                          output_dir=str(self.out / 'grpo'), progress=c.log.progress,
-                          plot_every=c.log.plot_every, save_every=c.checkpoint.every,
-                          keep_checkpoints=c.checkpoint.keep, tensorboard=c.log.tensorboard,
-                          wandb_project=c.log.wandb_project)
+        lcfg = loop_config(c, self.out / 'grpo')
         coll = (make_collector(self.engine, self.tok, c, c.collect.group_size, c.seed,
-                               c.episode.temperature) if c.workers.kind == 'none'
+                               c.episode.sampling.temperature) if c.workers.kind == 'none'
                 else make_worker_pool(c, self.rows))  # workers build their own engines
         self._loop = OnlineLoop(self.learner, coll, self.train_tasks, lcfg, sinks=self.sinks,
                                 on_step=self._on_step)
@@ -183,14 +171,13 @@ def _stepper(self: Run):
     "The episode stepper widget over the held-out problems, on the current policy."
     from flax import nnx
     from tunix_agentic.rollout.collector import CollectConfig
-    from tunix_agentic.engines.engine import SamplingParams
+    from tunix_agentic.rollout.episode import EpisodeConfig
     from tunix_agentic.ui.stepper import EpisodeStepper
-    e = self.cfg.episode
     eng = engine_on_copy(self.model, self.tok, 1, 1)
     if self._learner is not None:
         eng.update_params(nnx.state(self._learner.model), self._learner.step)
-    ccfg = CollectConfig(max_turns=e.max_turns, max_seq_len=e.max_seq_len, sampling=SamplingParams(
-        temperature=e.temperature, max_new_tokens=e.max_new_tokens))
+    ep = episode_config(self.cfg)  # a stepper's timeout is one turn's: EpisodeConfig's own
+    ccfg = CollectConfig(episode=EpisodeConfig(max_seq_len=ep.max_seq_len, sampling=ep.sampling))
     return EpisodeStepper({self.cfg.env.env: env_factory(self.cfg)}, self.heldout, self.tok,
                           engines={'policy': eng}, config=ccfg, agent_fn=agent_factory(self.cfg))
 Run.stepper = _stepper
@@ -224,7 +211,7 @@ def _grpo(self: Run) -> list[dict]:
     t = time.perf_counter()
     fresh = loop.run() if c.grpo.steps else []
     self.times['grpo_s'] = time.perf_counter() - t
-    if c.grpo.steps and (not c.checkpoint.every or loop.next_step % c.checkpoint.every):
+    if c.grpo.steps and (not c.checkpoint.save_every or loop.next_step % c.checkpoint.save_every):
         loop.save_checkpoint()
     if not resumed: return fresh
     return latest_per_step(read_metrics(loop.metrics_path))

@@ -270,7 +270,7 @@ class Shortcut:
         return same
 
 def per_tokenizer(store: weakref.WeakKeyDictionary, tokenizer, make=dict) -> dict:
-    "`store`'s entry for `tokenizer`, made on first use (a fresh one if it is not weakly referable)."
+    "`store`'s entry for `tokenizer`, made on first use (a fresh one if not weakly referable)."
     try:
         if (c := store.get(tokenizer)) is None: c = store[tokenizer] = make()
         return c

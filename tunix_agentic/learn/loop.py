@@ -199,7 +199,7 @@ def train_on(self: OnlineLoop, step: int, trajs: list[Trajectory], extra: dict) 
     c, t0 = self.cfg, time.perf_counter()
     stale = [self.trainer.step - t.policy_version for t in trajs]
     self.history_staleness += stale
-    m = self.trainer.update(self.trainer.batch_from(trajs, 'grpo'), 'grpo')
+    m = self.trainer.update_from(trajs, 'grpo')  # epochs x mini-batches, if set
     t_train = time.perf_counter() - t0
     t_push = self.push_weights()
     rec = {'step': step, **step_metrics(trajs, self.success_threshold), **m,
