@@ -13,7 +13,8 @@ from ..core.trajectory import Trajectory
 from ..engines.engine import SamplingParams
 from ..learn.losses import LossConfig
 from ..learn.trainer import Trainer, TrainerConfig
-from ..learn.loop import LoopConfig, MetricSinks, run_coro
+from ..learn.loop import LoopConfig, MetricSinks
+from ..core.sync import run_sync
 from ..rollout.episode import EpisodeConfig
 from ..rollout.collector import TrajectoryCollector, CollectConfig
 from .calc_tasks import SYSTEM_PROMPT, Teacher, demonstrations, diagnose
@@ -183,7 +184,7 @@ def evaluate(engine, tok, tasks: list[dict], cfg: RunConfig,
     "The diagnosis of one episode per task; and the trajectories."
     t = cfg.episode.sampling.temperature if temperature is None else temperature
     coll = make_collector(engine, tok, cfg, 1, cfg.seed + 12345, t)
-    trajs = run_coro(coll.collect_many(tasks, step=0))
+    trajs = run_sync(coll.collect_many(tasks, step=0))
     return diagnosis_of(cfg, trajs), trajs
 
 # %% ../../nbs/10_app/02_compose.ipynb #dd661572

@@ -24,9 +24,10 @@ def load_sibling(name: str):
     return mod
 
 if _BY_PATH:
-    cage, cgroups, scratch, seccomp = (load_sibling(n)
-                                       for n in ('cage', 'cgroups', 'scratch', 'seccomp'))
-else: from tunix_agentic.tools import cage, cgroups, scratch, seccomp
+    cage, cgroups, trees, seccomp = (load_sibling(n)
+                                     for n in ('cage', 'cgroups', 'scratch', 'seccomp'))
+else:  # `trees`: the scratch-tree helpers (a call's `scratch` is a path below)
+    from tunix_agentic.tools import cage, cgroups, seccomp, scratch as trees
 
 # %% ../../nbs/01_tools/04a_cage_server.ipynb #378c257b
 def read_call(code_r: int) -> tuple[dict, str]:
@@ -52,7 +53,7 @@ def user_setup(req: dict, rep: dict, private: dict, fds: tuple) -> None:
     if wd is not None and rep.get('private_tmp'):  # the workdir's files, never while a parallel
         fcntl.flock(wd, fcntl.LOCK_SH)  # call of the same workdir copies back (it clears it first)
         owner = (rep['uid'], req['gid']) if rep.get('uid_pool') else None  # root, before the drop
-        scratch.copy_tree(f'/proc/self/fd/{wd}', '/tmp', owner)
+        trees.copy_tree(f'/proc/self/fd/{wd}', '/tmp', owner)
         fcntl.flock(wd, fcntl.LOCK_UN)
         os.write(setup_w, b'c')  # the reaper copies back only a complete copy
     if cage.ROOT and not rep.get('userns') and req['isolation'] != 'none':
@@ -200,10 +201,10 @@ def copy_back(req: dict, rep: dict, wd: int) -> None:
     owner = (req['uid'], req['gid']) if os.geteuid() == 0 else None
     try:
         fcntl.flock(wd, fcntl.LOCK_EX)  # no parallel call of this workdir mid-copy
-        scratch.clear_dir(f'/proc/self/fd/{wd}')
-        left = scratch.copy_tree('/tmp', f'/proc/self/fd/{wd}', owner, budget=req['disk_mb'] << 20)
+        trees.clear_dir(f'/proc/self/fd/{wd}')
+        left = trees.copy_tree('/tmp', f'/proc/self/fd/{wd}', owner, budget=req['disk_mb'] << 20)
         if left['deep']:
-            rep['errors'].append(f"copy back: {left['deep']} dirs below depth {scratch.MAX_DEPTH} "
+            rep['errors'].append(f"copy back: {left['deep']} dirs below depth {trees.MAX_DEPTH} "
                                  'dropped')
         if left['links'] or left['budget']:
             rep['errors'].append(f"copy back: left out {left['links']} links and {left['budget']} "
@@ -275,17 +276,17 @@ def reaper(req: dict, rep: dict, ctl: socket.socket) -> None:
     if wd is None and not rep.get('private_tmp'): scratch, wd = host_scratch(req, rep, out)
     out['setup_error'] = out.get('setup_error') or refusal(req, rep)
     own = rep.get('uid_pool') and wd is not None and not scratch and not rep.get('private_tmp')
-    if own: scratch.chown_tree(wd, rep['uid'], req['gid'])  # the code works in it: its uid's
+    if own: trees.chown_tree(wd, rep['uid'], req['gid'])  # the code works in it: its uid's
     if not out['setup_error']:
         del out['setup_error']
         run_user(req, rep, fds[:4], wd, out)
-    if own: scratch.chown_tree(wd, req['uid'], req['gid'])  # and back
+    if own: trees.chown_tree(wd, req['uid'], req['gid'])  # and back
     try:  # what the code wrote in place in its workdir: no links or setuid bits left
         if wd is not None and not (scratch or rep.get('private_tmp')) and rep.get('seccomp'):
-            scratch.scrub_tree(wd)
+            trees.scrub_tree(wd)
     except OSError as e: rep['errors'].append(f'workdir scrub: {e}')
     out.pop('deadline', None)
-    if scratch: scratch.remove_tree(scratch)
+    if scratch: trees.remove_tree(scratch)
     rep['memory_peak_mb'] = cgroups.read_peak(STATE.get('peak'))
     report(fds[3], out, rep)
     os._exit(0)
