@@ -44,7 +44,8 @@ def assemble_ids(turns: list[dict], final_ids: list[int] | None = None
         if rm is not None and len(rm) != len(new):  # seed 004: one entry per new prompt token
             raise ValueError(f'turn {k}: response_mask has {len(rm)} entries for {len(new)} new '
                              f'prompt tokens')
-        ids += new + out; mask += [0] * len(new) + [1] * len(out)
+        ids += new + out
+        mask += [0] * len(new) + [1] * len(out)
         lps += [0.0] * len(new) + [float(x) for x in t['logprobs']]
     prompt_len = len(turns[0]['prompt_ids']) if turns else len(final_ids or [])
     if final_ids is not None:
@@ -183,7 +184,9 @@ async def collect(self: RemoteCollector, task: dict, *, episode_id: str | None =
         self.engine_server.expect(rid)
         resp, error = None, None
         try: resp = await self.post_rollout(self.request_body(task, rid, env_seed, sampling_seed))
-        except asyncio.CancelledError: self.engine_server.take(rid); raise
+        except asyncio.CancelledError:
+            self.engine_server.take(rid)
+            raise
         except Exception as e: error = f'{type(e).__name__}: {e}'; self.counts['failed'] += 1
         turns = self.engine_server.take(rid)
     traj = self._assemble(task, resp, turns, error, episode_id, group_id, version)
