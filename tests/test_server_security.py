@@ -172,7 +172,7 @@ def _raw_post(url: str, path: str, head_extra: str, chunks) -> tuple[str, int]:
     "POST over a raw socket, sending `chunks` until the server answers; (status line, bytes sent)."
     u = httpx.URL(url)
     s = socket.create_connection((u.host, u.port), timeout=5)
-    s.sendall(f'POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+    s.sendall(f'POST {path} HTTP/1.1\r\nHost: {u.host}\r\nContent-Type: application/json\r\n'
               f'{head_extra}\r\n'.encode())
     sent = 0
     try:
@@ -207,7 +207,8 @@ def test_a_200_mb_body_is_refused_unread(tok):
 def test_a_huge_message_beside_small_requests(tok):
     "10 MB: 413. ~1 MB (allowed): rendered on a worker thread, then refused as too many tokens."
     threads = []
-    eng = EngineServer(ScriptedEngine(tok, SCRIPT), tok, max_tokens=64).start()
+    eng = EngineServer(ScriptedEngine(tok, SCRIPT), tok, max_tokens=64,  # text past the chars
+                       max_prompt_chars=1 << 21).start()  # bound: test_server_hostile
     render = eng.render
     def spy(*a, **kw):
         threads.append(threading.current_thread().name); return render(*a, **kw)
@@ -256,7 +257,8 @@ def test_slow_heads_and_bodies_are_timed_out(tok, monkeypatch):
         assert time.monotonic() - t0 < 9
         s.close()
         s = socket.create_connection((eng.http.host, eng.http.port), timeout=10)
-        s.sendall(b'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{')
+        s.sendall(b'POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n'
+                  b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{')
         assert b' 408 ' in s.recv(4096).split(b'\r\n')[0]
         s.close()
     finally: eng.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio, collections, functools, hmac, ipaddress, itertools, logging, socket, ssl
 import threading, time
 from typing import Any, Awaitable, Callable
-import certifi, httpx, uvicorn
+import certifi, h11, httpx, uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -50,7 +50,7 @@ def install_error_handlers(app: FastAPI):
 
 # %% ../../nbs/05_engines/05_http_plumbing.ipynb #29cf8f60
 class Guard:
-    "ASGI middleware: a bearer key on all but the open paths, a body-size cap, a body-read timeout."
+    "ASGI middleware: a bearer key on all but the open paths, a body-size cap, a body deadline."
     def __init__(self, app, *, api_key: str | None = None, open_paths=('/health',),
                  max_body_bytes: int = 8 << 20, body_timeout_s: float = 30.0):
         self.app, self.open_paths, self.max_body_bytes = app, set(open_paths), max_body_bytes
@@ -67,17 +67,36 @@ class Guard:
         if not size.isdigit() or int(size) > self.max_body_bytes:
             msg = f'the body is over {self.max_body_bytes} bytes (content-length {size[:20]!r})'
             return await error_response(413, msg)(scope, receive, send)
+        if self.key is None and (refused := _keyless_refusal(scope['method'], headers)):
+            return await error_response(*refused)(scope, receive, send)
         await self.app(scope, self._bounded(receive), send)
+
+def _keyless_refusal(method: str, headers: dict) -> tuple[int, str] | None:
+    "Why a keyless server refuses a request a browser could have been made to send (None: it may)."
+    if method in ('GET', 'HEAD', 'OPTIONS'): return None
+    kind = headers.get(b'content-type', b'').split(b';')[0].strip().lower()
+    if kind != b'application/json':
+        return 415, f'content-type: {kind[:40]!r} is not application/json'
+    host = headers.get(b'host', b'').decode('latin-1').rsplit(':', 1)[0].strip('[]').lower()
+    if host.rstrip('.') != 'localhost' and not _is_loopback_ip(host):
+        return 403, f'host: {host[:60]!r} is not loopback (this server has no key)'
+    return None
+
+def _is_loopback_ip(host: str) -> bool:
+    try: return ipaddress.ip_address(host).is_loopback
+    except ValueError: return False
 
 # %% ../../nbs/05_engines/05_http_plumbing.ipynb #8de56f3f
 @patch
 def _bounded(self: Guard, receive):
-    "`receive`, raising 413 past the size limit and 408 when a body chunk is slow."
-    seen, more = 0, True
+    "`receive`, raising 413 past the size limit and 408 when the body is not in by its deadline."
+    seen, more, deadline = 0, True, None
     async def bounded():
-        nonlocal seen, more
+        nonlocal seen, more, deadline
         if not more: return await receive()  # the body is in: wait for a disconnect, no limit
-        try: msg = await asyncio.wait_for(receive(), self.body_timeout_s)
+        now = time.monotonic()
+        deadline = deadline or now + self.body_timeout_s
+        try: msg = await asyncio.wait_for(receive(), max(deadline - now, 0.001))
         except TimeoutError: raise HTTPException(408, 'the body arrived too slowly') from None
         if msg['type'] == 'http.request':
             seen, more = seen + len(msg.get('body', b'')), msg.get('more_body', False)
@@ -92,15 +111,26 @@ KEEP_ALIVE_S = 65  # servers keep idle connections longer than clients (30 s), s
 CLIENT_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=256,
                              keepalive_expiry=30)
 
-HEADER_TIMEOUT_S = 20.0  # a connection that has not sent its request head by then is closed
+HEADER_TIMEOUT_S = 20.0  # a request head that is not complete by then closes its connection
 
 class TimedH11Protocol(H11Protocol):
-    "uvicorn's h11 protocol, closing connections whose first request head is slow (slowloris)."
+    "uvicorn's h11 protocol: each request head has `HEADER_TIMEOUT_S` from its first byte."
     def connection_made(self, transport):
         super().connection_made(transport)
-        self.loop.call_later(HEADER_TIMEOUT_S, self._head_timeout)
+        self._arm()
+    def _arm(self):
+        "Start the clock of the head to come (the one after `self.cycle`)."
+        self._armed_after = self.cycle
+        self._head_timer = self.loop.call_later(HEADER_TIMEOUT_S, self._head_timeout)
+    def data_received(self, data: bytes):
+        if self.conn.their_state is h11.IDLE and self._armed_after is not self.cycle:
+            self._head_timer.cancel()  # the clock of an earlier head: this one starts now
+            self._arm()
+        super().data_received(data)
     def _head_timeout(self):
-        if self.cycle is None and not self.transport.is_closing(): self.transport.close()
+        "Close the connection if the head the clock was for has not arrived whole."
+        if self.cycle is self._armed_after and not self.transport.is_closing():
+            self.transport.close()
 
 def uvicorn_config(app, **kw) -> uvicorn.Config:
     "The uvicorn settings of every server here: big backlog, long keep-alive, slow heads closed."
