@@ -96,7 +96,8 @@ def test_bad_requests_are_422_naming_the_field(tok):
             assert r.status_code == 422 and field in r.json()['error']['message'], (field, r.text)
         r = post('/generate', {'prompts': [[1]], 'params': {'temprature': 0.5}})
         assert r.status_code == 422 and 'temprature: Extra inputs' in r.json()['error']['message']
-        r = httpx.post(srv.url + '/v1/chat/completions', content=b'{not json', timeout=10)
+        r = httpx.post(srv.url + '/v1/chat/completions', content=b'{not json', timeout=10,
+                       headers={'content-type': 'application/json'})
         assert r.status_code == 422
         assert httpx.get(srv.url + '/nope').status_code == 404
 
