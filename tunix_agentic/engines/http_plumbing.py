@@ -10,7 +10,7 @@ from typing import Any, Awaitable, Callable
 import certifi, h11, httpx, uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastcore.basics import patch
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -20,7 +20,8 @@ _log = logging.getLogger(__name__)
 # %% auto #0
 __all__ = ['KEEP_ALIVE_S', 'CLIENT_LIMITS', 'HEADER_TIMEOUT_S', 'error_response', 'validation_message', 'install_error_handlers',
            'Guard', 'TimedH11Protocol', 'uvicorn_config', 'BackgroundServer', 'ssl_context', 'ClientPool',
-           'is_loopback', 'check_exposure', 'canonical_host', 'target_allowed', 'callback_url', 'OnceGate']
+           'AnswerError', 'post_bounded', 'is_loopback', 'check_exposure', 'canonical_host', 'target_allowed',
+           'callback_url', 'OnceGate']
 
 # %% ../../nbs/05_engines/05_http_plumbing.ipynb #ccab1640
 def error_response(code: int, message: str, headers: dict | None = None) -> JSONResponse:
@@ -185,6 +186,28 @@ class ClientPool:
         return self.clients[next(self._turn) % len(self.clients)]
     async def aclose(self): await asyncio.gather(*(c.aclose() for c in self.clients))
 
+# %% ../../nbs/05_engines/05_http_plumbing.ipynb #a807da9d
+class AnswerError(ValueError):
+    "An answer too big, too slow, or content-encoded."
+
+async def post_bounded(client: httpx.AsyncClient, url, *, json: Any, headers: dict | None = None,
+                       max_bytes: int, timeout_s: float) -> tuple[int, bytes]:
+    "POST; `(status, body)`, the body (200s only) read whole within `max_bytes` and `timeout_s`."
+    headers = {**(headers or {}), 'Accept-Encoding': 'identity'}
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with client.stream('POST', url, json=json, headers=headers) as r:
+                if r.status_code != 200: return r.status_code, b''
+                enc = r.headers.get('content-encoding', 'identity').strip().lower()
+                if enc != 'identity': raise AnswerError(f'content-encoding {enc[:20]!r} refused')
+                chunks, n = [], 0
+                async for c in r.aiter_raw():  # raw: nothing inflates
+                    n += len(c)
+                    if n > max_bytes: raise AnswerError(f'the answer is over {max_bytes} bytes')
+                    chunks.append(c)
+                return r.status_code, b''.join(chunks)
+    except TimeoutError: raise AnswerError(f'the answer took over {timeout_s} s') from None
+
 # %% ../../nbs/05_engines/05_http_plumbing.ipynb #80982d3c
 def is_loopback(host: str) -> bool:
     "Whether `host` (a name or an address) is this machine's loopback."
@@ -232,7 +255,7 @@ def target_allowed(host: str, port: int, allow: tuple[str, ...]) -> bool:
 def callback_url(url: str, allow: tuple[str, ...], path: str) -> httpx.URL:
     "`path` under `url` if the operator allows its host and port; ValueError naming why not."
     try: u = httpx.URL(url)
-    except Exception: raise ValueError('server_url: not a URL') from None
+    except Exception: raise ValueError('server_url: not a URL') from None  # InvalidURL, Unicode
     if u.scheme not in ('http', 'https'):
         raise ValueError(f'server_url: scheme {u.scheme[:10]!r} is not http or https')
     if u.userinfo: raise ValueError('server_url: user info (user@host) is not allowed')
@@ -243,7 +266,8 @@ def callback_url(url: str, allow: tuple[str, ...], path: str) -> httpx.URL:
     if not target_allowed(u.host, port, allow):
         raise ValueError(f'server_url: {canonical_host(u.host)[:80]}:{port} is not an allowed '
                          f'callback target')
-    return u.copy_with(path=u.path.rstrip('/') + path)
+    try: return u.copy_with(path=u.path.rstrip('/') + path)
+    except Exception: raise ValueError('server_url: not a valid URL path') from None
 
 # %% ../../nbs/05_engines/05_http_plumbing.ipynb #5291576e
 class OnceGate:
@@ -253,21 +277,30 @@ class OnceGate:
         self.tasks: dict[str, asyncio.Task] = {}
         self.waiters: collections.Counter = collections.Counter()
         self.kept: collections.OrderedDict[str, tuple[float, Any]] = collections.OrderedDict()
+        self.digests: dict[str, str] = {}  # the request each running or kept key was bound to
         self.active = self.waiting = 0
         self._sem: asyncio.Semaphore | None = None
     def full(self) -> bool: return self.active + self.waiting >= self.limit + self.queued
+    def _forget_oldest(self):
+        self.digests.pop(self.kept.popitem(last=False)[0], None)
     def result(self, key: str) -> Any:
         "The kept result of `key` (None when there is none or it expired)."
         while self.kept and next(iter(self.kept.values()))[0] < time.monotonic() - self.keep_s:
-            self.kept.popitem(last=False)
+            self._forget_oldest()
         return self.kept.get(key, (0, None))[1]
+    def conflicts(self, key: str, digest: str) -> bool:
+        "Whether `key` is running or kept for a request other than `digest`."
+        self.result(key)  # expired keys are free again
+        return self.digests.get(key, digest) != digest
 
 # %% ../../nbs/05_engines/05_http_plumbing.ipynb #fe95f5b5
 @patch
-def submit(self: OnceGate, key: str, work: Callable[[], Awaitable[Any]]) -> asyncio.Task:
+def submit(self: OnceGate, key: str, work: Callable[[], Awaitable[Any]],
+           digest: str = '') -> asyncio.Task: # digest: what the key is bound to (`conflicts`)
     "The task of `key`'s work (the running one, or a new one queued FIFO); the caller waits on it."
     self.waiters[key] += 1
     if key in self.tasks: return self.tasks[key]
+    self.digests[key] = digest
     if self._sem is None: self._sem = asyncio.Semaphore(self.limit)
     async def run():
         self.waiting += 1
@@ -275,12 +308,17 @@ def submit(self: OnceGate, key: str, work: Callable[[], Awaitable[Any]]) -> asyn
         finally: self.waiting -= 1
         self.active += 1
         try: res = await work()
-        finally: self.active -= 1; self._sem.release()
+        finally:
+            self.active -= 1
+            self._sem.release()
         self.kept[key] = (time.monotonic(), res)
-        while len(self.kept) > self.keep_max: self.kept.popitem(last=False)
+        while len(self.kept) > self.keep_max: self._forget_oldest()
         return res
+    def done(_):
+        self.tasks.pop(key, None)
+        if key not in self.kept: self.digests.pop(key, None)  # cancelled or failed: free again
     t = self.tasks[key] = asyncio.create_task(run())
-    t.add_done_callback(lambda _: self.tasks.pop(key, None))
+    t.add_done_callback(done)
     return t
 
 @patch

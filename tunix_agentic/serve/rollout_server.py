@@ -4,7 +4,7 @@
 
 # %% ../../nbs/09_serve/00a_rollout_server.ipynb #5faf282b
 from __future__ import annotations
-import asyncio, functools, logging, socket, time
+import asyncio, functools, hashlib, logging, socket, time
 from typing import Any
 import uvicorn
 import prometheus_client as prom
@@ -12,6 +12,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response
 from fastcore.basics import patch
 from ..engines.engine import SamplingParams
+from ..engines.openai_requests import CHARS_PER_TOKEN, text_chars
 from ..envs.agents import ToolAgent
 from ..envs.environments import ToolEnvironment, resolve_tools
 from ..tools.base import ToolManager
@@ -26,7 +27,7 @@ from .rollout_wire import (CallbackEngine, LatencyTool, RolloutMetrics, RolloutR
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['RolloutServer', 'serve']
+__all__ = ['RolloutServer', 'check_text', 'scoped_id', 'serve']
 
 # %% ../../nbs/09_serve/00a_rollout_server.ipynb #15a4511d
 def _rollout_app(srv: RolloutServer) -> FastAPI:
@@ -45,17 +46,21 @@ def _rollout_app(srv: RolloutServer) -> FastAPI:
         return Response(prom.generate_latest(srv.registry), media_type=prom.CONTENT_TYPE_LATEST)
     @app.post('/rollout')
     async def rollout(req: RolloutRequest, request: Request):
-        srv.admit(req)
-        if (kept := gate.result(req.rollout_id)) is not None:
+        key, digest = srv.admit(req)
+        if gate.conflicts(key, digest):
+            srv.m_rejected.labels('conflict').inc()
+            return error_response(409, f'rollout_id {req.rollout_id[:80]!r} is in use with '
+                                       f'another body; use a new id')
+        if (kept := gate.result(key)) is not None:
             srv.m_rejected.labels('replayed').inc()
             return Response(kept.model_dump_json(), media_type='application/json')
-        if req.rollout_id not in gate.tasks and gate.full():
+        if key not in gate.tasks and gate.full():
             srv.m_rejected.labels('concurrency').inc()
             msg = (f'{gate.active} rollouts running and {gate.waiting} queued '
                    f'(max_queued_rollouts={s.max_queued_rollouts}); retry later')
             return error_response(429, msg, {'Retry-After': str(s.retry_after_s)})
-        task = gate.submit(req.rollout_id, lambda: srv.run(req))
-        resp = await gate.wait(req.rollout_id, task, request, s.on_disconnect == 'cancel')
+        task = gate.submit(key, lambda: srv.run(req), digest)
+        resp = await gate.wait(key, task, request, s.on_disconnect == 'cancel')
         if resp is None: return error_response(400, 'the client went away')
         return Response(resp.model_dump_json(), media_type='application/json')
     return app
@@ -110,10 +115,30 @@ def tools_for(self: RolloutServer, schemas: list[dict] | None) -> ToolManager:
     key = tuple(dict.fromkeys(names))
     return self._managers.setdefault(key, ToolManager([self.manager.tools[n] for n in key]))
 
+# %% ../../nbs/09_serve/00a_rollout_server.ipynb #1541dd19
+def check_text(req: RolloutRequest):
+    "422 for text the tokenizer should never see: over the token budget's characters, too deep."
+    try:
+        n = text_chars([m.model_dump(exclude_none=True) for m in req.messages]) + \
+            text_chars(req.tools)
+        text_chars(req.metadata)  # depth only: it is not rendered
+    except ValueError as e: raise HTTPException(422, f'messages, tools or metadata: {e}') from None
+    if n > CHARS_PER_TOKEN * req.max_tokens_total:  # tokenizing costs memory with the text
+        raise HTTPException(422, f'messages: {n} characters of text for max_tokens_total='
+                                 f'{req.max_tokens_total} (at most {CHARS_PER_TOKEN} per token)')
+
+def scoped_id(req: RolloutRequest) -> tuple[str, str]:
+    "`(key, digest)`: the id scoped to its caller (callback target and key), and the body's hash."
+    h = lambda b: hashlib.sha256(b).hexdigest()
+    caller = h(f'{req.server_url}\0{req.callback_api_key or ""}'.encode('utf-8', 'surrogatepass'))
+    try: body = req.model_dump_json().encode()
+    except ValueError: raise HTTPException(422, 'a string is not valid Unicode') from None
+    return f'{caller[:16]}:{req.rollout_id}', h(body)
+
 # %% ../../nbs/09_serve/00a_rollout_server.ipynb #36b69310
 @patch
-def admit(self: RolloutServer, req: RolloutRequest):
-    "Refuse (422, 403) tools, tokenizers and callback targets the operator does not offer."
+def admit(self: RolloutServer, req: RolloutRequest) -> tuple[str, str]:
+    "`(key, digest)` of a request the operator allows; 422 or 403 naming what it does not."
     self.tools_for(req.tools)
     if req.max_tokens_total > self.settings.max_tokens_total:  # bounds the prompt's rendering
         raise HTTPException(422, f'max_tokens_total: {req.max_tokens_total} is more than this '
@@ -123,6 +148,28 @@ def admit(self: RolloutServer, req: RolloutRequest):
                                  f'server loads ({list(self.settings.tokenizers)})')
     try: callback_url(req.server_url, self.settings.callback_hosts, '/v1/chat/completions')
     except ValueError as e: raise HTTPException(403, str(e)) from None
+    check_text(req)
+    return scoped_id(req)
+
+# %% ../../nbs/09_serve/00a_rollout_server.ipynb #1850840d
+@patch
+async def play(self: RolloutServer, req: RolloutRequest, task: dict, manager: ToolManager,
+               scored: str | None, agent: ToolAgent, tok, cb: CallbackEngine):
+    "The episode of one rollout, played against the callback (its `Trajectory`)."
+    md, sp, rid = req.metadata, req.sampling_params, req.rollout_id
+    cfg = EpisodeConfig(max_turns=req.max_turns, max_seq_len=req.max_tokens_total,
+                        episode_timeout_s=req.timeout_s or self.settings.http_client_timeout,
+                        sampling=SamplingParams(temperature=sp.temperature, top_p=sp.top_p,
+                                                top_k=sp.top_k, max_new_tokens=sp.max_tokens,
+                                                stop_token_ids=tuple(sp.stop_token_ids)))
+    seed = lambda k, *parts: int(md[k]) if isinstance(md.get(k), int) else derive_seed(*parts)
+    with self.m_latency.time():
+        env = ToolEnvironment(task, tools=manager, reward_fn=scored, max_turns=req.max_turns)
+        env_seed = seed('env_seed', 0, rid)
+        cb.episode = ep = Episode(task, env, agent, tok, cfg, env_seed=env_seed, episode_id=rid,
+                                  sampling_seed=seed('sampling_seed', env_seed, rid))
+        traj = await ep.run(cb)
+    return traj
 
 # %% ../../nbs/09_serve/00a_rollout_server.ipynb #390992b1
 def _prompt_len(tok, messages: list[dict], tools: list[dict]) -> int:
@@ -132,7 +179,9 @@ def _prompt_len(tok, messages: list[dict], tools: list[dict]) -> int:
 @patch
 async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
     "Run one rollout to its end; never raises."
-    t0, md, sp, rid = time.perf_counter(), req.metadata, req.sampling_params, req.rollout_id
+    t0 = time.perf_counter()
+    cap = self.settings.max_timeout_s  # the operator's, whatever the caller asked
+    req = req.model_copy(update={'timeout_s': min(req.timeout_s or cap, cap)})
     def failed(msg: str) -> RolloutResponse:
         return RolloutResponse(rollout_id=req.rollout_id, status='ERROR', finish_reason='error',
                                error_message=msg, metrics=RolloutMetrics(
@@ -141,6 +190,7 @@ async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
     except Exception as e:  # the reason goes to the log only: it could describe our files
         _log.warning('tokenizer %r failed to load: %r', req.tokenizer_name, e)
         return failed(f'TokenizerLoadError: tokenizer {req.tokenizer_name!r} did not load')
+    md = req.metadata
     task = {**(md.get('task') if isinstance(md.get('task'), dict) else {}),
             'messages': [m.model_dump(exclude_none=True) for m in req.messages]}
     scored = self.settings.reward_fn if ('answer' in task or 'ground_truth' in task) else None
@@ -150,22 +200,11 @@ async def run(self: RolloutServer, req: RolloutRequest) -> RolloutResponse:
         return failed(f'the prompt has about {n} tokens; max_tokens_total is '
                       f'{req.max_tokens_total}')
     agent = ToolAgent(system_prompt='', parser_name=self.settings.parser)
-    try: cb = CallbackEngine(self.clients(), req, agent, manager.schemas,
-                             self.settings.callback_hosts)
+    s = self.settings
+    try: cb = CallbackEngine(self.clients(), req, agent, manager.schemas, s.callback_hosts,
+                             timeout_s=s.callback_timeout_s, max_bytes=s.max_callback_bytes)
     except ValueError as e: return failed(str(e))
-    cfg = EpisodeConfig(max_turns=req.max_turns, max_seq_len=req.max_tokens_total,
-                        episode_timeout_s=req.timeout_s or self.settings.http_client_timeout,
-                        sampling=SamplingParams(temperature=sp.temperature, top_p=sp.top_p,
-                                                top_k=sp.top_k, max_new_tokens=sp.max_tokens,
-                                                stop_token_ids=tuple(sp.stop_token_ids)))
-    seed = lambda k, *parts: int(md[k]) if isinstance(md.get(k), int) else derive_seed(*parts)
-    try:
-        with self.m_latency.time():
-            env = ToolEnvironment(task, tools=manager, reward_fn=scored, max_turns=req.max_turns)
-            env_seed = seed('env_seed', 0, rid)
-            cb.episode = ep = Episode(task, env, agent, tok, cfg, env_seed=env_seed, episode_id=rid,
-                                      sampling_seed=seed('sampling_seed', env_seed, rid))
-            traj = await ep.run(cb)
+    try: traj = await self.play(req, task, manager, scored, agent, tok, cb)
     except Exception as e: return failed(f'{type(e).__name__}: {e}')
     fr, m = _FINISH.get(traj.status, 'error'), traj.metrics
     self.m_rollouts.labels(fr).inc()

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/09_serve/00_rollout_wire.ipynb #d5e6f7a8
 from __future__ import annotations
-import asyncio, collections, logging, os, random
+import asyncio, collections, json, logging, math, os, random
 from typing import Annotated, Any, Callable, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, Strict
@@ -14,7 +14,7 @@ from ..engines.server import openai_messages
 from ..envs.agents import ToolAgent
 from ..tools.base import BaseTool
 from ..rollout.episode import Episode
-from ..engines.http_plumbing import ClientPool, callback_url
+from ..engines.http_plumbing import AnswerError, ClientPool, callback_url, post_bounded
 
 _log = logging.getLogger(__name__)
 
@@ -42,8 +42,11 @@ class RolloutSettings(BaseModel):
     max_concurrent_rollouts: int = Field(100, ge=1)
     max_queued_rollouts: int = Field(1024, ge=0)  # FIFO waiting room; 429 only when it is full
     result_keep_s: float = Field(600.0, ge=0)  # a finished rollout_id's answer, for retries
-    on_disconnect: Literal['keep', 'cancel'] = 'keep'  # a rollout whose client left
-    max_body_bytes: int = Field(8 << 20, ge=1024)
+    on_disconnect: Literal['keep', 'cancel'] = 'cancel'  # a rollout whose client left
+    max_timeout_s: float = Field(600.0, gt=0)  # a request's timeout_s is capped to this
+    callback_timeout_s: float = Field(120.0, gt=0)  # one callback, its whole answer read
+    max_callback_bytes: int = Field(8 << 20, ge=1024)  # one callback answer's bytes
+    max_body_bytes: int = Field(8 << 20, ge=1024)  # the bytes of a request body
     max_tokens_total: int = Field(1 << 16, ge=1)  # the largest max_tokens_total a request may ask
     toolset: str = 'calculator'  # a name in envs.TOOLSETS
     tool_latency_ms: tuple[float, float] = (0.0, 0.0)  # each tool call sleeps U(lo, hi) ms first
@@ -107,13 +110,14 @@ class TokenizerCache:
 
 # %% ../../nbs/09_serve/00_rollout_wire.ipynb #3a447f2c
 class Message(BaseModel):
-    "A chat message."
-    model_config = ConfigDict(extra='allow')
+    "A chat message: the fields a chat template reads, no others (they would ride every turn)."
+    model_config = ConfigDict(extra='forbid')
     role: Literal['system', 'user', 'assistant', 'tool']
     content: str | None = Field(None, max_length=1 << 20)
     tool_calls: list[dict] | None = Field(None, max_length=256)
     tool_call_id: str | None = Field(None, max_length=256)
     name: str | None = Field(None, max_length=256)
+    reasoning_content: str | None = Field(None, max_length=1 << 20)
 
 class RolloutSamplingParams(BaseModel):
     "Sampling of every model turn."
@@ -169,8 +173,10 @@ class CallbackError(RuntimeError):
 class CallbackEngine(BaseEngine):
     "One rollout's model: each turn is a POST to the trainer's /v1/chat/completions."
     def __init__(self, clients: ClientPool, req: RolloutRequest, agent: ToolAgent,
-                 tools: list[dict], allow: tuple[str, ...]): # allow: the callback targets
+                 tools: list[dict], allow: tuple[str, ...], # allow: the callback targets
+                 timeout_s: float = 120.0, max_bytes: int = 8 << 20): # one answer, read whole
         self.clients, self.req, self.agent, self.tools = clients, req, agent, tools
+        self.timeout_s, self.max_bytes = timeout_s, max_bytes
         self.episode: Episode | None = None  # whose conversation each turn posts
         self.url = callback_url(req.server_url, allow, '/v1/chat/completions')
         key = req.callback_api_key
@@ -193,24 +199,28 @@ async def agenerate(self: CallbackEngine, prompt_ids: list[int],
             'top_k': p.top_k, 'max_tokens': p.max_new_tokens, 'seed': p.seed,
             'stop_token_ids': list(p.stop_token_ids), 'rollout_id': self.req.rollout_id,
             'prompt_token_ids': list(prompt_ids), 'response_mask': mask}
-    try: r = await self.clients.get().post(self.url, json=body, headers=self.headers)
+    try: code, raw = await post_bounded(self.clients.get(), self.url, json=body,
+                                        headers=self.headers, max_bytes=self.max_bytes,
+                                        timeout_s=self.timeout_s)
+    except AnswerError as e: raise CallbackError(f'callback {self.url}: {e}') from None
     except httpx.HTTPError as e:  # the type only: the text could describe the callee's network
         raise CallbackError(f'callback {self.url} failed: {type(e).__name__}') from None
-    if r.status_code != 200:  # a status line, never the callee's body
-        raise CallbackError(f'callback {self.url} -> {r.status_code} {r.reason_phrase[:40]}')
-    ids, lps, fr = self.answer(r, p.max_new_tokens, n)
+    if code != 200: raise CallbackError(f'callback {self.url} -> {code}')  # never its body
+    ids, lps, fr = self.answer(raw, p.max_new_tokens, n)
     self.last_len, self.calls = n + len(ids), self.calls + 1
     return GenerateOutput(ids, lps, fr if fr in ('length', 'abort') else 'stop')
 
 @patch
-def answer(self: CallbackEngine, r: httpx.Response, max_new: int, n: int):
+def answer(self: CallbackEngine, raw: bytes, max_new: int, n: int):
     "`(ids, logprobs, finish_reason)` of a callback's answer, held to the turn's and total budget."
     try:
-        d = r.json()
+        d = json.loads(raw)
         ids, lps = [int(i) for i in d['token_ids']], [float(x) for x in d['token_logprobs']]
         fr = d['choices'][0].get('finish_reason')
     except Exception: raise CallbackError(f'callback {self.url}: not a chat completion') from None
     if len(lps) != len(ids): raise CallbackError('callback answer: logprobs do not match the ids')
+    if not all(0 <= i < 1 << 31 for i in ids) or not all(math.isfinite(x) for x in lps):
+        raise CallbackError('callback answer: an id out of range or a logprob not finite')
     if len(ids) > max_new or n + len(ids) > self.req.max_tokens_total:
         raise CallbackError(f'callback answer: {len(ids)} tokens for max_tokens={max_new} and '
                             f'{self.req.max_tokens_total - n} left of max_tokens_total')
