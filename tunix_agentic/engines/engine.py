@@ -116,6 +116,7 @@ async def _alone(self: RequestBatcher, prompt: list[int], params: SamplingParams
     try: return (await self._run([prompt], [params]))[0]
     except Exception as e: return e
 
+# %% ../../nbs/05_engines/00_engine.ipynb #8ce2ded7
 @patch
 async def _drain_loop(self: RequestBatcher):
     "Run batches until the queue is empty; a failed batch is rerun one request at a time."
@@ -141,6 +142,7 @@ async def _drain_loop(self: RequestBatcher):
             if isinstance(o, Exception): f.set_exception(o)
             else: f.set_result(o)
 
+# %% ../../nbs/05_engines/00_engine.ipynb #0da86ddb
 @patch
 @contextlib.contextmanager
 def participant(self: RequestBatcher):

@@ -72,6 +72,7 @@ class Guard:
             return await error_response(*refused)(scope, receive, send)
         await self.app(scope, self._bounded(receive), send)
 
+# %% ../../nbs/05_engines/05_http_plumbing.ipynb #3ed4ea81
 def _keyless_refusal(method: str, headers: dict) -> tuple[int, str] | None:
     "Why a keyless server refuses a request a browser could have been made to send (None: it may)."
     if method in ('GET', 'HEAD', 'OPTIONS'): return None
@@ -133,12 +134,14 @@ class TimedH11Protocol(H11Protocol):
         if self.cycle is self._armed_after and not self.transport.is_closing():
             self.transport.close()
 
+# %% ../../nbs/05_engines/05_http_plumbing.ipynb #d5f0a8b6
 def uvicorn_config(app, **kw) -> uvicorn.Config:
     "The uvicorn settings of every server here: big backlog, long keep-alive, slow heads closed."
     return uvicorn.Config(app, log_level='warning', access_log=False, backlog=4096,
                           timeout_graceful_shutdown=1, timeout_keep_alive=KEEP_ALIVE_S,
                           http=TimedH11Protocol, **kw)
 
+# %% ../../nbs/05_engines/05_http_plumbing.ipynb #3e414dc6
 class BackgroundServer:
     "Run an ASGI app with uvicorn on a thread: `with BackgroundServer(app) as s: s.url`."
     def __init__(self, app, host: str = '127.0.0.1', port: int = 0):
@@ -190,14 +193,14 @@ class ClientPool:
 class AnswerError(ValueError):
     "An answer too big, too slow, or content-encoded."
 
+# %% ../../nbs/05_engines/05_http_plumbing.ipynb #27453277
 async def post_bounded(client: httpx.AsyncClient, url, *, json: Any, headers: dict | None = None,
-                       max_bytes: int, timeout_s: float) -> tuple[int, bytes]:
-    "POST; `(status, body)`, the body (200s only) read whole within `max_bytes` and `timeout_s`."
+                       max_bytes: int, timeout_s: float) -> tuple[int, httpx.Headers, bytes]:
+    "POST; `(status, headers, body)`, the body read whole within `max_bytes` and `timeout_s`."
     headers = {**(headers or {}), 'Accept-Encoding': 'identity'}
     try:
         async with asyncio.timeout(timeout_s):
             async with client.stream('POST', url, json=json, headers=headers) as r:
-                if r.status_code != 200: return r.status_code, b''
                 enc = r.headers.get('content-encoding', 'identity').strip().lower()
                 if enc != 'identity': raise AnswerError(f'content-encoding {enc[:20]!r} refused')
                 chunks, n = [], 0
@@ -205,7 +208,7 @@ async def post_bounded(client: httpx.AsyncClient, url, *, json: Any, headers: di
                     n += len(c)
                     if n > max_bytes: raise AnswerError(f'the answer is over {max_bytes} bytes')
                     chunks.append(c)
-                return r.status_code, b''.join(chunks)
+                return r.status_code, r.headers, b''.join(chunks)
     except TimeoutError: raise AnswerError(f'the answer took over {timeout_s} s') from None
 
 # %% ../../nbs/05_engines/05_http_plumbing.ipynb #80982d3c

@@ -137,6 +137,7 @@ def check_prompt(self: EngineServer, prompt: list[int], max_tokens: int | None,
         raise HTTPException(422, f'max_tokens: {max_tokens} is more than this server samples '
                                  f'({self.max_tokens})')
 
+# %% ../../nbs/05_engines/07_server.ipynb #a9cf5a30
 @patch
 def check_sampling(self: EngineServer, p: SamplingParams, field: str = ''):
     "422 unless the engine can do `p`: `top_k` and stop ids within the vocabulary."
@@ -147,6 +148,7 @@ def check_sampling(self: EngineServer, p: SamplingParams, field: str = ''):
     if bad is not None:
         raise HTTPException(422, f'{field}stop_token_ids: id {bad} is outside the vocabulary')
 
+# %% ../../nbs/05_engines/07_server.ipynb #f838d7f0
 @patch
 def params(self: EngineServer, req: SamplingFields, max_tokens: int | None) -> SamplingParams:
     "The SamplingParams of a request (422 if they are invalid or beyond the engine)."
@@ -173,6 +175,7 @@ def cut_at_stop(self: EngineServer, out: GenerateOutput, stops: list[str]) -> Ge
     k = bisect.bisect_left(range(n + 1), True, key=lambda k: first_stop(text(k), stops) is not None)
     return GenerateOutput(out.token_ids[:k], out.logprobs[:k], 'stop')
 
+# %% ../../nbs/05_engines/07_server.ipynb #ffdc2eae
 @patch
 def record(self: EngineServer, req: SamplingFields, prompt: list[int], out: GenerateOutput):
     "Keep a turn under `req.rollout_id` if that id is expected."
@@ -233,6 +236,7 @@ def tool_parser(self: EngineServer, req: ChatRequest) -> ToolParser:
     "The parser of a request: ours when it offers tools, else plain text."
     return self.parser if req.tools and req.tool_choice != 'none' else PlainTextParser()
 
+# %% ../../nbs/05_engines/07_server.ipynb #4c1615a1
 @patch
 def check_request(self: EngineServer, req: SamplingFields, *text):
     "404 for another model; 422 for a refused field, or prompt text over `max_prompt_chars`."
@@ -372,6 +376,7 @@ def _request(self: HttpEngine, method: str, path: str, body: dict | None = None)
         raise EngineHTTPError(f'{method} {self.url}{path} -> {r.status_code}: {msg}')
     return r.json()
 
+# %% ../../nbs/05_engines/07_server.ipynb #a39b279e
 @patch
 def health(self: HttpEngine) -> dict: return self._request('GET', '/health')
 

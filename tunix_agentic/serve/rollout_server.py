@@ -127,6 +127,7 @@ def check_text(req: RolloutRequest):
         raise HTTPException(422, f'messages: {n} characters of text for max_tokens_total='
                                  f'{req.max_tokens_total} (at most {CHARS_PER_TOKEN} per token)')
 
+# %% ../../nbs/09_serve/00a_rollout_server.ipynb #76e04c07
 def scoped_id(req: RolloutRequest) -> tuple[str, str]:
     "`(key, digest)`: the id scoped to its caller (callback target and key), and the body's hash."
     h = lambda b: hashlib.sha256(b).hexdigest()

@@ -163,7 +163,7 @@ class RolloutResponse(BaseModel):
     final_messages: list[dict] = []
     error_message: str | None = None
     metrics: RolloutMetrics = RolloutMetrics()
-    reward: float | None = None
+    reward: float | None = Field(None, allow_inf_nan=False)
     trajectory: dict | None = None  # the rollout server's Trajectory (ids, mask, steps, ...)
 
 # %% ../../nbs/09_serve/00_rollout_wire.ipynb #00715ed9
@@ -199,13 +199,13 @@ async def agenerate(self: CallbackEngine, prompt_ids: list[int],
             'top_k': p.top_k, 'max_tokens': p.max_new_tokens, 'seed': p.seed,
             'stop_token_ids': list(p.stop_token_ids), 'rollout_id': self.req.rollout_id,
             'prompt_token_ids': list(prompt_ids), 'response_mask': mask}
-    try: code, raw = await post_bounded(self.clients.get(), self.url, json=body,
+    try: code, _, raw = await post_bounded(self.clients.get(), self.url, json=body,
                                         headers=self.headers, max_bytes=self.max_bytes,
                                         timeout_s=self.timeout_s)
     except AnswerError as e: raise CallbackError(f'callback {self.url}: {e}') from None
     except httpx.HTTPError as e:  # the type only: the text could describe the callee's network
         raise CallbackError(f'callback {self.url} failed: {type(e).__name__}') from None
-    if code != 200: raise CallbackError(f'callback {self.url} -> {code}')  # never its body
+    if code != 200: raise CallbackError(f'callback {self.url} -> {code}')  # never its text
     ids, lps, fr = self.answer(raw, p.max_new_tokens, n)
     self.last_len, self.calls = n + len(ids), self.calls + 1
     return GenerateOutput(ids, lps, fr if fr in ('length', 'abort') else 'stop')
