@@ -326,3 +326,31 @@ def test_remote_collector_refuses_answers_out_of_shape(tok):
             assert t.status == TrajectoryStatus.ERROR and why in t.error, (kind, t.error)
             assert t.reward == 0.0
     finally: http.close()
+
+
+# ---- streaming cost ----
+@pytest.mark.timeout(60)
+def test_streaming_decodes_each_token_a_bounded_number_of_times(tok):
+    from tunix_agentic.engines.engine import GenerateOutput
+    from tunix_agentic.engines.openai_requests import ChatRequest
+    from tunix_agentic.engines.streaming import chat_stream
+    class Counting:  # the tiny tokenizer, counting the ids it decodes
+        decoded = 0
+        def decode(self, ids, **kw):
+            Counting.decoded += len(ids)
+            return tok.decode(ids, **kw)
+    srv = EngineServer(ScriptedEngine(tok, ['x']), tok)
+    srv.tokenizer = Counting()
+    ids = tok.encode('12 × 34 = 408 ✓ and more words ' * 60, add_special_tokens=False)
+    async def outs():  # one token per engine chunk
+        for i, t in enumerate(ids):
+            yield GenerateOutput([t], [0.0], 'stop' if i == len(ids) - 1 else 'length')
+    async def read():
+        resp = chat_stream(srv, ChatRequest(messages=HI, stream=True), [1], outs())
+        return ''.join([c async for c in resp.body_iterator])
+    events = [json.loads(e[6:]) for e in asyncio.run(read()).split('\n\n')
+              if e.startswith('data: {')]
+    content = ''.join(c['delta'].get('content') or '' for e in events for c in e['choices'])
+    from tunix_agentic.engines.server import PlainTextParser
+    assert content == PlainTextParser().parse(tok.decode(ids)).content  # as the whole answer's
+    assert Counting.decoded < 40 * len(ids), (Counting.decoded, len(ids))  # not ~len(ids)**2 / 2
