@@ -166,7 +166,9 @@ def close(self: RequestBatcher):
     for *_, f in self._queue:
         if not f.done(): f.get_loop().call_soon_threadsafe(f.cancel)
     self._queue = []
-    if self._executor is not None: self._executor.shutdown(wait=False); self._executor = None
+    if self._executor is not None:
+        self._executor.shutdown(wait=False)
+        self._executor = None
 
 # %% ../../nbs/05_engines/00_engine.ipynb #204591d3
 def as_params_list(params: SamplingParams | Sequence[SamplingParams] | None,

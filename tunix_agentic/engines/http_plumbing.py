@@ -238,7 +238,8 @@ def canonical_host(host: str) -> str:
 def _entry(entry: str) -> tuple[str, str]:
     "`(host, ports)` of an allow-list entry: `HOST`, `HOST:PORT`, `HOST:LO-HI`, `[V6]:PORT`."
     if entry.startswith('['):
-        h, _, rest = entry[1:].partition(']'); return h, rest.lstrip(':')
+        h, _, rest = entry[1:].partition(']')
+        return h, rest.lstrip(':')
     return tuple(entry.split(':')) if entry.count(':') == 1 else (entry, '')
 
 def target_allowed(host: str, port: int, allow: tuple[str, ...]) -> bool:

@@ -219,7 +219,10 @@ async def sample_stream(self: EngineServer, prompt: list[int], req: SamplingFiel
         seed = p.seed if p.seed is None or not ids else (p.seed + len(ids)) % (1 << 63)
         try: out = await self.engine.agenerate(prompt + ids, p.replace(max_new_tokens=n,
                                                                        seed=seed))
-        except Exception as e: _log.warning('engine failed: %r', e); fr = 'abort'; break
+        except Exception as e:
+            _log.warning('engine failed: %r', e)
+            fr = 'abort'
+            break
         ids, lps, fr = ids + list(out.token_ids), lps + list(out.logprobs), out.finish_reason
         yield out
         if fr != 'length' or not out.token_ids: break
@@ -311,7 +314,9 @@ def openai_messages(messages: list[dict], parser: ToolParser) -> list[dict]:
     for i, m in enumerate(messages):
         plain = m.get('role') == 'assistant' and not m.get('tool_calls')
         res = parser.parse(m['content']) if plain and isinstance(m.get('content'), str) else None
-        if res is None or not res.calls: out.append(m); continue
+        if res is None or not res.calls:
+            out.append(m)
+            continue
         after = itertools.takewhile(lambda t: t.get('role') == 'tool', messages[i + 1:])
         ids = [t.get('tool_call_id') for t in after]
         calls = [{**openai_tool_call(c), 'id': (ids[k] if k < len(ids) and ids[k]

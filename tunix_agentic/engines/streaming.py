@@ -69,21 +69,31 @@ def _in_block(self: StreamingToolParser, s: str, calls: list[ToolCall]) -> str:
     "Text inside an open block: settle it when its close tag is complete; returns the text after."
     if self._scan.state != 'done':
         e = self._scan.feed(s)
-        if self._scan.state in ('bad', 'too_deep'): self._stuck = True; return ''
+        if self._scan.state in ('bad', 'too_deep'):
+            self._stuck = True
+            return ''
         self._block.append(s if e < 0 else s[:e])
         if e < 0: return ''
         s = s[e:]
     if not self._tag:
-        rest = s.lstrip(); self._after.append(s[:len(s) - len(rest)]); s = rest
+        rest = s.lstrip()
+        self._after.append(s[:len(s) - len(rest)])
+        s = rest
     need = self.parser.close_tag[len(self._tag):]
-    if not s.startswith(need[:len(s)]): self._stuck = True; return ''  # not the close tag
+    if not s.startswith(need[:len(s)]):  # not the close tag
+        self._stuck = True
+        return ''
     self._tag += s[:len(need)]
     if len(self._tag) < len(self.parser.close_tag): return ''
     body = ''.join(self._block + self._after)
-    if json_end(body, 0) != len(body): self._stuck = True; return ''  # brackets close, bad JSON
+    if json_end(body, 0) != len(body):  # brackets close, bad JSON
+        self._stuck = True
+        return ''
     got, _ = calls_from_text(body, f"{self.parser.open_tag.strip('<>|')} block")
     for c in got:  # ids made unique as `ToolParser.parse` does
-        if c.id: c.id = unique_id(c.id, self._ids); self._ids.add(c.id)
+        if c.id:
+            c.id = unique_id(c.id, self._ids)
+            self._ids.add(c.id)
     calls += got
     self._block, self._after, self._tag = None, [], ''
     return s[len(need):]
@@ -105,16 +115,22 @@ def feed(self: StreamingToolParser, chunk: str) -> tuple[str, list[ToolCall]]:
     "Add text; return the content delta and the calls that are now settled."
     self._chunks.append(chunk)
     if not self.incremental or self._stuck: return '', []
-    if self.parser.name == 'plain': self._sent.append(chunk); return chunk, []
+    if self.parser.name == 'plain':
+        self._sent.append(chunk)
+        return chunk, []
     o, s, out, calls = self.parser.open_tag, self._held + chunk, [], []
     self._held = ''
     while s and not self._stuck:
-        if self._block is not None: s = self._in_block(s, calls); continue
+        if self._block is not None:
+            s = self._in_block(s, calls)
+            continue
         if (i := s.find(o)) < 0:  # hold back a tail that may start the open tag
             k = next((k for k in range(min(len(o) - 1, len(s)), 0, -1) if s.endswith(o[:k])), 0)
-            out.append(s[:len(s) - k]); self._held = s[len(s) - k:]
+            out.append(s[:len(s) - k])
+            self._held = s[len(s) - k:]
             break
-        out.append(s[:i]); s = s[i + len(o):]
+        out.append(s[:i])
+        s = s[i + len(o):]
         self._block, self._scan = [], JsonScanner()
     self.calls += calls
     return self._say(''.join(out)), calls

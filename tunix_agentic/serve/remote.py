@@ -220,7 +220,9 @@ async def collect(self: RemoteCollector, task: dict, *, episode_id: str | None =
         except asyncio.CancelledError:
             self.engine_server.take(rid)
             raise
-        except Exception as e: error = f'{type(e).__name__}: {e}'; self.counts['failed'] += 1
+        except Exception as e:
+            error = f'{type(e).__name__}: {e}'
+            self.counts['failed'] += 1
         turns = self.engine_server.take(rid)
     traj = self._assemble(task, resp, turns, error, episode_id, group_id, version)
     traj.metrics.update(env_seed=env_seed, sampling_seed=sampling_seed, remote_turns=len(turns),

@@ -56,7 +56,8 @@ def _dispatch(self: RateLimiter):
     while self._waiters:
         fut = self._waiters[0]
         if fut.done() or fut.get_loop().is_closed():  # cancelled, or left on a closed loop
-            self._waiters.popleft(); continue
+            self._waiters.popleft()
+            continue
         if self.max_concurrency is not None and self.in_flight >= self.max_concurrency: return
         if self.rate is not None and self._tokens < 1.0:
             delay = (1.0 - self._tokens) / self.rate
@@ -65,7 +66,8 @@ def _dispatch(self: RateLimiter):
             return
         self._waiters.popleft()
         if self.rate is not None: self._tokens -= 1.0
-        self.in_flight += 1; self.granted += 1
+        self.in_flight += 1
+        self.granted += 1
         fut.set_result(None)
 
 @patch
