@@ -1,7 +1,8 @@
 """Issue 43's server attacks, each pinned: a request's bad sampling parameter or engine failure
 confined to that request; prompt text bounded before the tokenizer; rollout ids scoped to the caller
 and bound to the body; callback answers bounded in bytes, time and encoding; abandoned rollouts
-cancelled and `timeout_s` capped; slow heads and bodies closed on every request of a connection;
+cancelled and `timeout_s` capped; slow heads and bodies closed on every request of a connection,
+idle kept-alive connections and oversized heads too;
 OpenAI fields implemented (`stop`) or refused; strict schemas, `/generate` validated like chat, and
 keyless servers that answer only JSON addressed to loopback; `RemoteCollector` checking answers."""
 import asyncio, gzip, json, socket, threading, time
@@ -230,6 +231,24 @@ def test_a_trickled_second_head_and_a_trickled_body_are_closed(tok, monkeypatch)
         assert b' 408 ' in answer.split(b'\r\n')[0], answer[:80]
         s.close()
     finally: srv.close()
+
+
+@pytest.mark.timeout(60)
+def test_an_idle_kept_alive_connection_and_an_oversized_head_are_closed(tok, monkeypatch):
+    import tunix_agentic.engines.http_plumbing as hp
+    monkeypatch.setattr(hp, 'KEEP_ALIVE_S', 0.5)
+    with EngineServer(ScriptedEngine(tok, ['Hi.']), tok) as srv:
+        s = socket.create_connection((srv.http.host, srv.http.port), timeout=10)
+        s.sendall(b'GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n')
+        assert b' 200 ' in s.recv(4096).split(b'\r\n')[0]
+        assert s.recv(100) == b''  # idle past the keep-alive: closed by the server
+        s.close()
+        s = socket.create_connection((srv.http.host, srv.http.port), timeout=10)
+        try: s.sendall(b'GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ' + b'a' * 65536)
+        except OSError: pass
+        line = s.recv(4096).split(b'\r\n')[0]
+        assert line == b'' or b' 400 ' in line or b' 431 ' in line, line  # h11's head limit
+        s.close()
 
 
 # ---- OpenAI fields ----
