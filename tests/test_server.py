@@ -10,7 +10,8 @@ import pytest
 from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
 from tunix_agentic.envs.environments import ToolEnvironment
 from tunix_agentic.engines.engine import BaseEngine, SamplingParams, ScriptedEngine
-from tunix_agentic.engines.server import EngineHTTPError, EngineServer, HttpEngine
+from tunix_agentic.engines.http_engine import EngineHTTPError, HttpEngine
+from tunix_agentic.engines.server import EngineServer
 from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
 from tunix_agentic.tools.builtin import calculator_tools
 

@@ -6,32 +6,24 @@
 from __future__ import annotations
 import asyncio, bisect, itertools, json, logging, time, uuid
 from typing import AsyncIterator
-import httpx
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastcore.basics import patch
-from .engine import BaseEngine, GenerateOutput, SamplingParams, as_params_list
+from .engine import BaseEngine, GenerateOutput, SamplingParams
 from ..chat.parsers import ParseResult, ToolParser, get_tool_parser
 from ..chat.encoder import chat_format
 from .streaming import chat_stream, openai_tool_call, usage_dict
-from .http_plumbing import (CLIENT_LIMITS, BackgroundServer, Guard,
-                                                check_exposure, install_error_handlers,
-                                                ssl_context)
+from .http_plumbing import (BackgroundServer, Guard, check_exposure,
+                                                install_error_handlers)
 from .openai_requests import (CHARS_PER_TOKEN, ChatMessage, ChatRequest,
                                                    CompletionRequest, GenerateRequest,
-                                                   SamplingFields, params_from_json, params_to_json,
-                                                   text_chars)
-from ..tools.ratelimit import RetryLater, retry_sync
+                                                   SamplingFields, params_from_json, text_chars)
 
 # %% auto #0
-__all__ = ['EngineHTTPError', 'EngineServer', 'template_message', 'first_stop', 'PlainTextParser', 'openai_messages',
-           'HttpEngine']
+__all__ = ['EngineServer', 'template_message', 'first_stop', 'PlainTextParser', 'openai_messages']
 
 # %% ../../nbs/05_engines/07_server.ipynb #64c18e46
 _log = logging.getLogger(__name__)
-
-class EngineHTTPError(RuntimeError):
-    "A server refused or failed a request, or did not answer in time."
 
 # %% ../../nbs/05_engines/07_server.ipynb #e3d23958
 def _engine_app(srv: EngineServer) -> FastAPI:
@@ -345,52 +337,3 @@ async def generate_batch(self: EngineServer, req: GenerateRequest) -> dict:
         raise HTTPException(500, f'engine failed: {type(failed[0]).__name__}')
     return {'outputs': [o.__dict__ for o in outs],
             'policy_version': int(self.engine.policy_version)}
-
-# %% ../../nbs/05_engines/07_server.ipynb #58aa297a
-class HttpEngine(BaseEngine):
-    "A BaseEngine that samples from an EngineServer's /generate over HTTP."
-    def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 120.0,
-                 retries: int = 3, # retries of a request whose connection failed
-                 backoff_s: float = 0.2): # first wait (`tools.ratelimit.Backoff`)
-        self.url, self.retries, self.backoff_s = url.rstrip('/'), retries, backoff_s
-        headers = {'Authorization': f'Bearer {api_key}'} if api_key else {}
-        self.client = httpx.Client(timeout=timeout_s, headers=headers, limits=CLIENT_LIMITS,
-                                   verify=ssl_context())
-    def generate(self, prompts: list[list[int]],
-                 params: list[SamplingParams]) -> list[GenerateOutput]:
-        params = as_params_list(params, len(prompts))
-        r = self._request('POST', '/generate', {'prompts': [list(map(int, p)) for p in prompts],
-                                                 'params': [params_to_json(p) for p in params]})
-        self.policy_version = r.get('policy_version', self.policy_version)
-        return [GenerateOutput(**o) for o in r['outputs']]
-
-# %% ../../nbs/05_engines/07_server.ipynb #0b76b27f
-@patch
-def _request(self: HttpEngine, method: str, path: str, body: dict | None = None) -> dict:
-    "One request, its failed connections retried by `retry_sync`; an error answer raises."
-    def attempt() -> httpx.Response:
-        try: return self.client.request(method, self.url + path, json=body)
-        except httpx.TransportError as e: raise RetryLater(f'{type(e).__name__}: {e}') from None
-    try: r = retry_sync(attempt, max_retries=self.retries, base_delay=self.backoff_s)
-    except RetryLater as e:
-        raise EngineHTTPError(f'{method} {self.url}{path} failed after {self.retries + 1} '
-                              f'tries: {e.__cause__}') from None
-    if r.status_code >= 400:
-        try: msg = r.json()['error']['message']
-        except Exception: msg = r.text[:200]
-        raise EngineHTTPError(f'{method} {self.url}{path} -> {r.status_code}: {msg}')
-    return r.json()
-
-# %% ../../nbs/05_engines/07_server.ipynb #a39b279e
-@patch
-def health(self: HttpEngine) -> dict: return self._request('GET', '/health')
-
-@patch
-def update_params(self: HttpEngine, params, version: int | None = None):
-    raise NotImplementedError('HttpEngine samples from a remote engine: push weights to the '
-                              'engine behind the EngineServer (engine.update_params) on that host')
-
-@patch
-def close(self: HttpEngine):
-    BaseEngine.close(self)
-    self.client.close()
