@@ -10,7 +10,8 @@ import pytest
 from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
 from tunix_agentic.envs.environments import ToolEnvironment
 from tunix_agentic.engines.engine import BaseEngine, SamplingParams, ScriptedEngine
-from tunix_agentic.engines.server import EngineHTTPError, EngineServer, HttpEngine
+from tunix_agentic.engines.http_engine import EngineHTTPError, HttpEngine
+from tunix_agentic.engines.server import EngineServer
 from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
 from tunix_agentic.tools.builtin import calculator_tools
 
@@ -95,8 +96,9 @@ def test_bad_requests_are_422_naming_the_field(tok):
             r = post('/v1/chat/completions', body)
             assert r.status_code == 422 and field in r.json()['error']['message'], (field, r.text)
         r = post('/generate', {'prompts': [[1]], 'params': {'temprature': 0.5}})
-        assert r.status_code == 422 and "['temprature']" in r.json()['error']['message']
-        r = httpx.post(srv.url + '/v1/chat/completions', content=b'{not json', timeout=10)
+        assert r.status_code == 422 and 'temprature: Extra inputs' in r.json()['error']['message']
+        r = httpx.post(srv.url + '/v1/chat/completions', content=b'{not json', timeout=10,
+                       headers={'content-type': 'application/json'})
         assert r.status_code == 422
         assert httpx.get(srv.url + '/nope').status_code == 404
 

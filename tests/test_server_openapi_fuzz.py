@@ -123,7 +123,7 @@ def rollout_tweak(path, body, rnd):
 def test_engine_server_openapi_fuzz_no_5xx():
     tok = build_tiny_tokenizer()
     srv = EngineServer(ScriptedEngine(tok, SCRIPT), tok, max_tokens=64)
-    with TestClient(srv.app, raise_server_exceptions=False) as client:
+    with TestClient(srv.app, raise_server_exceptions=False, base_url='http://127.0.0.1') as client:
         codes = fuzz(client, srv.app, engine_tweak, 120)
     assert not any(c >= 500 for c in codes), codes
     assert codes.get(200, 0) > 20 and codes.get(422, 0) > 20, codes
@@ -133,7 +133,7 @@ def test_engine_server_openapi_fuzz_no_5xx():
 @pytest.mark.timeout(300)
 def test_rollout_server_openapi_fuzz_no_5xx():
     srv = RolloutServer(RolloutSettings(callback_hosts=('127.0.0.1:9',)))
-    with TestClient(srv.app, raise_server_exceptions=False) as client:
+    with TestClient(srv.app, raise_server_exceptions=False, base_url='http://127.0.0.1') as client:
         codes = fuzz(client, srv.app, rollout_tweak, 150)
         assert client.get('/health').json()['active_rollouts'] == 0
     assert not any(c >= 500 for c in codes), codes

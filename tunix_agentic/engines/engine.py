@@ -97,9 +97,29 @@ def submit(self: RequestBatcher, prompt_ids: list[int], params: SamplingParams) 
     return fut
 
 @patch
+async def _run(self: RequestBatcher, prompts: list[list[int]],
+               params: list[SamplingParams]) -> list[GenerateOutput]:
+    "One call of `batch_fn`, on the worker thread unless `use_thread` is off."
+    if not self.use_thread: outs = self.batch_fn(prompts, params)
+    else:
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, 'rollout-batch')
+        loop = asyncio.get_running_loop()
+        outs = await loop.run_in_executor(self._executor, self.batch_fn, prompts, params)
+    if len(outs) != len(prompts):
+        raise RuntimeError(f'batch_fn returned {len(outs)} outputs for {len(prompts)} prompts')
+    return outs
+
+@patch
+async def _alone(self: RequestBatcher, prompt: list[int], params: SamplingParams):
+    "One request's answer, or its exception, run without the others."
+    try: return (await self._run([prompt], [params]))[0]
+    except Exception as e: return e
+
+# %% ../../nbs/05_engines/00_engine.ipynb #8ce2ded7
+@patch
 async def _drain_loop(self: RequestBatcher):
-    "Run batches until the queue is empty."
-    loop = asyncio.get_running_loop()
+    "Run batches until the queue is empty; a failed batch is rerun one request at a time."
     while self._queue:
         await asyncio.sleep(self.max_wait_s)  # let concurrent callers of this tick join the batch
         live = [r for r in self._queue if not r[2].done()]
@@ -113,23 +133,16 @@ async def _drain_loop(self: RequestBatcher):
         if not batch: continue
         self.batch_sizes.append(len(batch))
         prompts, params = [r[0] for r in batch], [r[1] for r in batch]
-        try:
-            if self.use_thread:
-                if self._executor is None:
-                    self._executor = concurrent.futures.ThreadPoolExecutor(1, 'rollout-batch')
-                outs = await loop.run_in_executor(self._executor, self.batch_fn, prompts, params)
-            else: outs = self.batch_fn(prompts, params)
-            if len(outs) != len(batch):
-                raise RuntimeError(f'batch_fn returned {len(outs)} outputs for '
-                                   f'{len(batch)} prompts')
-        except Exception as e:  # every caller of the batch sees the failure
+        try: outs = await self._run(prompts, params)
+        except Exception as e:  # one bad request must not fail the others: each runs alone
             _log.warning('rollout batch of %d failed: %r', len(batch), e)
-            for *_, f in batch:
-                if not f.done(): f.set_exception(e)
-            continue
+            outs = [e] if len(batch) == 1 else [await self._alone(*r[:2]) for r in batch]
         for (*_, f), o in zip(batch, outs):
-            if not f.done(): f.set_result(o)
+            if f.done(): continue
+            if isinstance(o, Exception): f.set_exception(o)
+            else: f.set_result(o)
 
+# %% ../../nbs/05_engines/00_engine.ipynb #0da86ddb
 @patch
 @contextlib.contextmanager
 def participant(self: RequestBatcher):

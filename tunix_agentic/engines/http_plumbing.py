@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio, collections, functools, hmac, ipaddress, itertools, logging, socket, ssl
 import threading, time
 from typing import Any, Awaitable, Callable
-import certifi, httpx, uvicorn
+import certifi, h11, httpx, uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastcore.basics import patch
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -20,7 +20,8 @@ _log = logging.getLogger(__name__)
 # %% auto #0
 __all__ = ['KEEP_ALIVE_S', 'CLIENT_LIMITS', 'HEADER_TIMEOUT_S', 'error_response', 'validation_message', 'install_error_handlers',
            'Guard', 'TimedH11Protocol', 'uvicorn_config', 'BackgroundServer', 'ssl_context', 'ClientPool',
-           'is_loopback', 'check_exposure', 'canonical_host', 'target_allowed', 'callback_url', 'OnceGate']
+           'AnswerError', 'post_bounded', 'is_loopback', 'check_exposure', 'canonical_host', 'target_allowed',
+           'callback_url', 'OnceGate']
 
 # %% ../../nbs/05_engines/05_http_plumbing.ipynb #ccab1640
 def error_response(code: int, message: str, headers: dict | None = None) -> JSONResponse:
@@ -50,7 +51,7 @@ def install_error_handlers(app: FastAPI):
 
 # %% ../../nbs/05_engines/05_http_plumbing.ipynb #29cf8f60
 class Guard:
-    "ASGI middleware: a bearer key on all but the open paths, a body-size cap, a body-read timeout."
+    "ASGI middleware: a bearer key on all but the open paths, a body-size cap, a body deadline."
     def __init__(self, app, *, api_key: str | None = None, open_paths=('/health',),
                  max_body_bytes: int = 8 << 20, body_timeout_s: float = 30.0):
         self.app, self.open_paths, self.max_body_bytes = app, set(open_paths), max_body_bytes
@@ -67,17 +68,37 @@ class Guard:
         if not size.isdigit() or int(size) > self.max_body_bytes:
             msg = f'the body is over {self.max_body_bytes} bytes (content-length {size[:20]!r})'
             return await error_response(413, msg)(scope, receive, send)
+        if self.key is None and (refused := _keyless_refusal(scope['method'], headers)):
+            return await error_response(*refused)(scope, receive, send)
         await self.app(scope, self._bounded(receive), send)
+
+# %% ../../nbs/05_engines/05_http_plumbing.ipynb #3ed4ea81
+def _keyless_refusal(method: str, headers: dict) -> tuple[int, str] | None:
+    "Why a keyless server refuses a request a browser could have been made to send (None: it may)."
+    if method in ('GET', 'HEAD', 'OPTIONS'): return None
+    kind = headers.get(b'content-type', b'').split(b';')[0].strip().lower()
+    if kind != b'application/json':
+        return 415, f'content-type: {kind[:40]!r} is not application/json'
+    host = headers.get(b'host', b'').decode('latin-1').rsplit(':', 1)[0].strip('[]').lower()
+    if host.rstrip('.') != 'localhost' and not _is_loopback_ip(host):
+        return 403, f'host: {host[:60]!r} is not loopback (this server has no key)'
+    return None
+
+def _is_loopback_ip(host: str) -> bool:
+    try: return ipaddress.ip_address(host).is_loopback
+    except ValueError: return False
 
 # %% ../../nbs/05_engines/05_http_plumbing.ipynb #8de56f3f
 @patch
 def _bounded(self: Guard, receive):
-    "`receive`, raising 413 past the size limit and 408 when a body chunk is slow."
-    seen, more = 0, True
+    "`receive`, raising 413 past the size limit and 408 when the body is not in by its deadline."
+    seen, more, deadline = 0, True, None
     async def bounded():
-        nonlocal seen, more
+        nonlocal seen, more, deadline
         if not more: return await receive()  # the body is in: wait for a disconnect, no limit
-        try: msg = await asyncio.wait_for(receive(), self.body_timeout_s)
+        now = time.monotonic()
+        deadline = deadline or now + self.body_timeout_s
+        try: msg = await asyncio.wait_for(receive(), max(deadline - now, 0.001))
         except TimeoutError: raise HTTPException(408, 'the body arrived too slowly') from None
         if msg['type'] == 'http.request':
             seen, more = seen + len(msg.get('body', b'')), msg.get('more_body', False)
@@ -92,22 +113,35 @@ KEEP_ALIVE_S = 65  # servers keep idle connections longer than clients (30 s), s
 CLIENT_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=256,
                              keepalive_expiry=30)
 
-HEADER_TIMEOUT_S = 20.0  # a connection that has not sent its request head by then is closed
+HEADER_TIMEOUT_S = 20.0  # a request head that is not complete by then closes its connection
 
 class TimedH11Protocol(H11Protocol):
-    "uvicorn's h11 protocol, closing connections whose first request head is slow (slowloris)."
+    "uvicorn's h11 protocol: each request head has `HEADER_TIMEOUT_S` from its first byte."
     def connection_made(self, transport):
         super().connection_made(transport)
-        self.loop.call_later(HEADER_TIMEOUT_S, self._head_timeout)
+        self._arm()
+    def _arm(self):
+        "Start the clock of the head to come (the one after `self.cycle`)."
+        self._armed_after = self.cycle
+        self._head_timer = self.loop.call_later(HEADER_TIMEOUT_S, self._head_timeout)
+    def data_received(self, data: bytes):
+        if self.conn.their_state is h11.IDLE and self._armed_after is not self.cycle:
+            self._head_timer.cancel()  # the clock of an earlier head: this one starts now
+            self._arm()
+        super().data_received(data)
     def _head_timeout(self):
-        if self.cycle is None and not self.transport.is_closing(): self.transport.close()
+        "Close the connection if the head the clock was for has not arrived whole."
+        if self.cycle is self._armed_after and not self.transport.is_closing():
+            self.transport.close()
 
+# %% ../../nbs/05_engines/05_http_plumbing.ipynb #d5f0a8b6
 def uvicorn_config(app, **kw) -> uvicorn.Config:
     "The uvicorn settings of every server here: big backlog, long keep-alive, slow heads closed."
     return uvicorn.Config(app, log_level='warning', access_log=False, backlog=4096,
                           timeout_graceful_shutdown=1, timeout_keep_alive=KEEP_ALIVE_S,
                           http=TimedH11Protocol, **kw)
 
+# %% ../../nbs/05_engines/05_http_plumbing.ipynb #3e414dc6
 class BackgroundServer:
     "Run an ASGI app with uvicorn on a thread: `with BackgroundServer(app) as s: s.url`."
     def __init__(self, app, host: str = '127.0.0.1', port: int = 0):
@@ -155,6 +189,28 @@ class ClientPool:
         return self.clients[next(self._turn) % len(self.clients)]
     async def aclose(self): await asyncio.gather(*(c.aclose() for c in self.clients))
 
+# %% ../../nbs/05_engines/05_http_plumbing.ipynb #a807da9d
+class AnswerError(ValueError):
+    "An answer too big, too slow, or content-encoded."
+
+# %% ../../nbs/05_engines/05_http_plumbing.ipynb #27453277
+async def post_bounded(client: httpx.AsyncClient, url, *, json: Any, headers: dict | None = None,
+                       max_bytes: int, timeout_s: float) -> tuple[int, httpx.Headers, bytes]:
+    "POST; `(status, headers, body)`, the body read whole within `max_bytes` and `timeout_s`."
+    headers = {**(headers or {}), 'Accept-Encoding': 'identity'}
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with client.stream('POST', url, json=json, headers=headers) as r:
+                enc = r.headers.get('content-encoding', 'identity').strip().lower()
+                if enc != 'identity': raise AnswerError(f'content-encoding {enc[:20]!r} refused')
+                chunks, n = [], 0
+                async for c in r.aiter_raw():  # raw: nothing inflates
+                    n += len(c)
+                    if n > max_bytes: raise AnswerError(f'the answer is over {max_bytes} bytes')
+                    chunks.append(c)
+                return r.status_code, r.headers, b''.join(chunks)
+    except TimeoutError: raise AnswerError(f'the answer took over {timeout_s} s') from None
+
 # %% ../../nbs/05_engines/05_http_plumbing.ipynb #80982d3c
 def is_loopback(host: str) -> bool:
     "Whether `host` (a name or an address) is this machine's loopback."
@@ -182,7 +238,8 @@ def canonical_host(host: str) -> str:
 def _entry(entry: str) -> tuple[str, str]:
     "`(host, ports)` of an allow-list entry: `HOST`, `HOST:PORT`, `HOST:LO-HI`, `[V6]:PORT`."
     if entry.startswith('['):
-        h, _, rest = entry[1:].partition(']'); return h, rest.lstrip(':')
+        h, _, rest = entry[1:].partition(']')
+        return h, rest.lstrip(':')
     return tuple(entry.split(':')) if entry.count(':') == 1 else (entry, '')
 
 def target_allowed(host: str, port: int, allow: tuple[str, ...]) -> bool:
@@ -202,7 +259,7 @@ def target_allowed(host: str, port: int, allow: tuple[str, ...]) -> bool:
 def callback_url(url: str, allow: tuple[str, ...], path: str) -> httpx.URL:
     "`path` under `url` if the operator allows its host and port; ValueError naming why not."
     try: u = httpx.URL(url)
-    except Exception: raise ValueError('server_url: not a URL') from None
+    except Exception: raise ValueError('server_url: not a URL') from None  # InvalidURL, Unicode
     if u.scheme not in ('http', 'https'):
         raise ValueError(f'server_url: scheme {u.scheme[:10]!r} is not http or https')
     if u.userinfo: raise ValueError('server_url: user info (user@host) is not allowed')
@@ -213,7 +270,8 @@ def callback_url(url: str, allow: tuple[str, ...], path: str) -> httpx.URL:
     if not target_allowed(u.host, port, allow):
         raise ValueError(f'server_url: {canonical_host(u.host)[:80]}:{port} is not an allowed '
                          f'callback target')
-    return u.copy_with(path=u.path.rstrip('/') + path)
+    try: return u.copy_with(path=u.path.rstrip('/') + path)
+    except Exception: raise ValueError('server_url: not a valid URL path') from None
 
 # %% ../../nbs/05_engines/05_http_plumbing.ipynb #5291576e
 class OnceGate:
@@ -223,21 +281,30 @@ class OnceGate:
         self.tasks: dict[str, asyncio.Task] = {}
         self.waiters: collections.Counter = collections.Counter()
         self.kept: collections.OrderedDict[str, tuple[float, Any]] = collections.OrderedDict()
+        self.digests: dict[str, str] = {}  # the request each running or kept key was bound to
         self.active = self.waiting = 0
         self._sem: asyncio.Semaphore | None = None
     def full(self) -> bool: return self.active + self.waiting >= self.limit + self.queued
+    def _forget_oldest(self):
+        self.digests.pop(self.kept.popitem(last=False)[0], None)
     def result(self, key: str) -> Any:
         "The kept result of `key` (None when there is none or it expired)."
         while self.kept and next(iter(self.kept.values()))[0] < time.monotonic() - self.keep_s:
-            self.kept.popitem(last=False)
+            self._forget_oldest()
         return self.kept.get(key, (0, None))[1]
+    def conflicts(self, key: str, digest: str) -> bool:
+        "Whether `key` is running or kept for a request other than `digest`."
+        self.result(key)  # expired keys are free again
+        return self.digests.get(key, digest) != digest
 
 # %% ../../nbs/05_engines/05_http_plumbing.ipynb #fe95f5b5
 @patch
-def submit(self: OnceGate, key: str, work: Callable[[], Awaitable[Any]]) -> asyncio.Task:
+def submit(self: OnceGate, key: str, work: Callable[[], Awaitable[Any]],
+           digest: str = '') -> asyncio.Task: # digest: what the key is bound to (`conflicts`)
     "The task of `key`'s work (the running one, or a new one queued FIFO); the caller waits on it."
     self.waiters[key] += 1
     if key in self.tasks: return self.tasks[key]
+    self.digests[key] = digest
     if self._sem is None: self._sem = asyncio.Semaphore(self.limit)
     async def run():
         self.waiting += 1
@@ -245,12 +312,17 @@ def submit(self: OnceGate, key: str, work: Callable[[], Awaitable[Any]]) -> asyn
         finally: self.waiting -= 1
         self.active += 1
         try: res = await work()
-        finally: self.active -= 1; self._sem.release()
+        finally:
+            self.active -= 1
+            self._sem.release()
         self.kept[key] = (time.monotonic(), res)
-        while len(self.kept) > self.keep_max: self.kept.popitem(last=False)
+        while len(self.kept) > self.keep_max: self._forget_oldest()
         return res
+    def done(_):
+        self.tasks.pop(key, None)
+        if key not in self.kept: self.digests.pop(key, None)  # cancelled or failed: free again
     t = self.tasks[key] = asyncio.create_task(run())
-    t.add_done_callback(lambda _: self.tasks.pop(key, None))
+    t.add_done_callback(done)
     return t
 
 @patch

@@ -4,76 +4,26 @@
 
 # %% ../../nbs/05_engines/07_server.ipynb #998b1627
 from __future__ import annotations
-import asyncio, itertools, json, logging, time, uuid
-from typing import Annotated, Any, AsyncIterator, Literal
-import httpx
-from fastapi import Depends, FastAPI, HTTPException, Request
+import asyncio, bisect, itertools, json, logging, time, uuid
+from typing import AsyncIterator
+from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, Strict
 from fastcore.basics import patch
-from .engine import BaseEngine, GenerateOutput, SamplingParams, as_params_list
+from .engine import BaseEngine, GenerateOutput, SamplingParams
 from ..chat.parsers import ParseResult, ToolParser, get_tool_parser
 from ..chat.encoder import chat_format
 from .streaming import chat_stream, openai_tool_call, usage_dict
-from .http_plumbing import (CLIENT_LIMITS, BackgroundServer, Guard,
-                                                check_exposure, install_error_handlers,
-                                                ssl_context)
+from .http_plumbing import (BackgroundServer, Guard, check_exposure,
+                                                install_error_handlers)
+from .openai_requests import (CHARS_PER_TOKEN, ChatMessage, ChatRequest,
+                                                   CompletionRequest, GenerateRequest,
+                                                   SamplingFields, params_from_json, text_chars)
 
 # %% auto #0
-__all__ = ['MAX_MESSAGES', 'MAX_TEXT', 'MAX_IDS', 'TokenId', 'Text', 'EngineHTTPError', 'ChatMessage', 'SamplingFields',
-           'ChatRequest', 'CompletionRequest', 'EngineServer', 'template_message', 'PlainTextParser', 'openai_messages',
-           'GenerateRequest', 'params_from_json', 'params_to_json', 'HttpEngine']
+__all__ = ['EngineServer', 'template_message', 'first_stop', 'PlainTextParser', 'openai_messages']
 
 # %% ../../nbs/05_engines/07_server.ipynb #64c18e46
 _log = logging.getLogger(__name__)
-
-class EngineHTTPError(RuntimeError):
-    "A server refused or failed a request, or did not answer in time."
-
-# %% ../../nbs/05_engines/07_server.ipynb #267ba1fb
-MAX_MESSAGES, MAX_TEXT = 4096, 1 << 20  # messages per request; characters per string
-MAX_IDS = 1 << 18  # token ids per list
-TokenId = Annotated[int, Strict(), Field(ge=0)]  # strict: `false` or `1.0` is not a token id
-Text = Annotated[str, Field(max_length=MAX_TEXT)]
-
-class ChatMessage(BaseModel):
-    "One OpenAI chat message."
-    model_config = ConfigDict(extra='allow')
-    role: Literal['system', 'developer', 'user', 'assistant', 'tool']
-    content: Text | list[dict] | None = Field(None, max_length=MAX_TEXT)
-    tool_calls: list[dict] | None = Field(None, max_length=256)
-    tool_call_id: str | None = Field(None, max_length=256)
-    name: str | None = Field(None, max_length=256)
-
-class SamplingFields(BaseModel):
-    "Sampling fields shared by chat and text completions."
-    model_config = ConfigDict(extra='allow')
-    model: str = Field('', max_length=256)
-    temperature: float = Field(1.0, ge=0, le=100)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=0)
-    max_tokens: int | None = Field(None, ge=1, le=1 << 20)
-    seed: int | None = Field(None, ge=0, lt=1 << 63)
-    n: Literal[1] = 1
-    stream: bool = False
-    stream_options: dict | None = None  # {"include_usage": true} adds a usage chunk
-    stop_token_ids: list[TokenId] | None = Field(None, max_length=256)  # extension: extra stops
-    rollout_id: str | None = Field(None, max_length=256)  # extension: record turns under this id
-    prompt_token_ids: list[TokenId] | None = Field(None, min_length=1, max_length=MAX_IDS)
-    response_mask: list[Literal[0, 1]] | None = Field(None, max_length=MAX_IDS)  # seed 004
-
-class ChatRequest(SamplingFields):
-    "POST /v1/chat/completions."
-    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
-    tools: list[dict] | None = Field(None, max_length=256)
-    tool_choice: Any = None
-    max_completion_tokens: int | None = Field(None, ge=1, le=1 << 20)
-    logprobs: bool = False
-
-class CompletionRequest(SamplingFields):
-    "POST /v1/completions: a text or token-id prompt."
-    prompt: Text | list[TokenId] = Field(min_length=1, max_length=MAX_IDS)
-    logprobs: int | None = Field(None, ge=0, le=20)
 
 # %% ../../nbs/05_engines/07_server.ipynb #e3d23958
 def _engine_app(srv: EngineServer) -> FastAPI:
@@ -109,6 +59,8 @@ class EngineServer:
                  host: str = '127.0.0.1', port: int = 0, # 0: any free port
                  max_tokens: int = 512, # default and upper bound of a request's max_tokens
                  max_prompt_tokens: int = 32768, # longer prompts are refused before the engine
+                 max_prompt_chars: int | None = None, # longer prompt text is refused before the
+                                                      # tokenizer (default: 8 per prompt token)
                  max_body_bytes: int = 8 << 20, # bigger request bodies are refused (413)
                  stream_chunk_tokens: int = 0): # >0: stream in chunks of this many tokens, each
                                                 # continuing the last (the engine must reuse a
@@ -117,6 +69,7 @@ class EngineServer:
         self.engine, self.tokenizer, self.model, self.api_key = engine, tokenizer, model, api_key
         self.parser, self.max_tokens = get_tool_parser(parser), max_tokens
         self.max_prompt_tokens, self.max_body_bytes = max_prompt_tokens, max_body_bytes
+        self.max_prompt_chars = max_prompt_chars or CHARS_PER_TOKEN * max_prompt_tokens
         self.stream_chunk_tokens = stream_chunk_tokens
         self.end_ids = sorted(chat_format(tokenizer).end_ids)  # end of turn and eos
         self.vocab_size = len(tokenizer)
@@ -125,7 +78,9 @@ class EngineServer:
         self.http = BackgroundServer(self.app, host, port)
     @property
     def url(self) -> str: return self.http.url
-    def start(self) -> EngineServer: self.http.start(); return self
+    def start(self) -> EngineServer:
+        self.http.start()
+        return self
     def close(self): self.http.close()
     def __enter__(self): return self.start()
     def __exit__(self, *exc): self.close()
@@ -174,16 +129,45 @@ def check_prompt(self: EngineServer, prompt: list[int], max_tokens: int | None,
         raise HTTPException(422, f'max_tokens: {max_tokens} is more than this server samples '
                                  f'({self.max_tokens})')
 
+# %% ../../nbs/05_engines/07_server.ipynb #a9cf5a30
+@patch
+def check_sampling(self: EngineServer, p: SamplingParams, field: str = ''):
+    "422 unless the engine can do `p`: `top_k` and stop ids within the vocabulary."
+    if p.top_k > self.vocab_size:  # an engine's int32 (or its memory) would overflow on it
+        raise HTTPException(422, f'{field}top_k: {p.top_k} is more than the vocabulary '
+                                 f'({self.vocab_size} tokens; 0 turns top-k off)')
+    bad = next((i for i in p.stop_token_ids if i >= self.vocab_size), None)
+    if bad is not None:
+        raise HTTPException(422, f'{field}stop_token_ids: id {bad} is outside the vocabulary')
+
+# %% ../../nbs/05_engines/07_server.ipynb #f838d7f0
 @patch
 def params(self: EngineServer, req: SamplingFields, max_tokens: int | None) -> SamplingParams:
-    "The SamplingParams of a request (422 if they are invalid)."
+    "The SamplingParams of a request (422 if they are invalid or beyond the engine)."
     stops = tuple(sorted(set(req.stop_token_ids or ()) | set(self.end_ids)))
     try:
-        return SamplingParams(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
-                              max_new_tokens=max_tokens or self.max_tokens,
-                              stop_token_ids=stops, seed=req.seed)
+        p = SamplingParams(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
+                           max_new_tokens=max_tokens or self.max_tokens,
+                           stop_token_ids=stops, seed=req.seed)
     except ValueError as e: raise HTTPException(422, str(e))
+    self.check_sampling(p)
+    return p
 
+# %% ../../nbs/05_engines/07_server.ipynb #6433e0c7
+def first_stop(text: str, stops: list[str]) -> int | None:
+    "Where the first of `stops` begins in `text` (None: nowhere)."
+    return min((i for i in (text.find(s) for s in stops) if i >= 0), default=None)
+
+@patch
+def cut_at_stop(self: EngineServer, out: GenerateOutput, stops: list[str]) -> GenerateOutput:
+    "`out` up to the token whose text completes the first stop string (`finish_reason` stop)."
+    text = lambda k: self.tokenizer.decode(out.token_ids[:k], skip_special_tokens=False)
+    n = len(out.token_ids)
+    if not stops or first_stop(text(n), stops) is None: return out
+    k = bisect.bisect_left(range(n + 1), True, key=lambda k: first_stop(text(k), stops) is not None)
+    return GenerateOutput(out.token_ids[:k], out.logprobs[:k], 'stop')
+
+# %% ../../nbs/05_engines/07_server.ipynb #ffdc2eae
 @patch
 def record(self: EngineServer, req: SamplingFields, prompt: list[int], out: GenerateOutput):
     "Keep a turn under `req.rollout_id` if that id is expected."
@@ -193,6 +177,7 @@ def record(self: EngineServer, req: SamplingFields, prompt: list[int], out: Gene
                     'logprobs': list(out.logprobs), 'finish_reason': out.finish_reason,
                     'response_mask': req.response_mask})
 
+# %% ../../nbs/05_engines/07_server.ipynb #db798b8e
 @patch
 async def sample(self: EngineServer, prompt: list[int], req: SamplingFields,
                  max_tokens: int | None = None) -> GenerateOutput:
@@ -203,15 +188,17 @@ async def sample(self: EngineServer, prompt: list[int], req: SamplingFields,
     except Exception as e:
         _log.warning('engine failed: %r', e)
         raise HTTPException(500, f'engine failed: {type(e).__name__}')
+    out = self.cut_at_stop(out, req.stops)
     self.record(req, prompt, out)
     return out
 
 @patch
-def decode(self: EngineServer, out: GenerateOutput) -> str:
-    "The text of a sample, without its closing stop token."
+def decode(self: EngineServer, out: GenerateOutput, stops: list[str] = ()) -> str:
+    "The text of a sample, without its closing stop token, ending before any of `stops`."
     ids = out.token_ids
     if ids and ids[-1] in self.end_ids: ids = ids[:-1]
-    return self.tokenizer.decode(ids, skip_special_tokens=False)
+    text = self.tokenizer.decode(ids, skip_special_tokens=False)
+    return text[:first_stop(text, list(stops))]
 
 # %% ../../nbs/05_engines/07_server.ipynb #49482123
 @patch
@@ -224,7 +211,10 @@ async def sample_stream(self: EngineServer, prompt: list[int], req: SamplingFiel
         seed = p.seed if p.seed is None or not ids else (p.seed + len(ids)) % (1 << 63)
         try: out = await self.engine.agenerate(prompt + ids, p.replace(max_new_tokens=n,
                                                                        seed=seed))
-        except Exception as e: _log.warning('engine failed: %r', e); fr = 'abort'; break
+        except Exception as e:
+            _log.warning('engine failed: %r', e)
+            fr = 'abort'
+            break
         ids, lps, fr = ids + list(out.token_ids), lps + list(out.logprobs), out.finish_reason
         yield out
         if fr != 'length' or not out.token_ids: break
@@ -241,29 +231,37 @@ def tool_parser(self: EngineServer, req: ChatRequest) -> ToolParser:
     "The parser of a request: ours when it offers tools, else plain text."
     return self.parser if req.tools and req.tool_choice != 'none' else PlainTextParser()
 
+# %% ../../nbs/05_engines/07_server.ipynb #4c1615a1
 @patch
-def check_model(self: EngineServer, model: str):
-    "404 for a model this server does not serve (empty: ours), as OpenAI answers."
-    if model not in ('', self.model):
-        raise HTTPException(404, f'model {model[:80]!r} does not exist; this server serves '
+def check_request(self: EngineServer, req: SamplingFields, *text):
+    "404 for another model; 422 for a refused field, or prompt text over `max_prompt_chars`."
+    if req.model not in ('', self.model):
+        raise HTTPException(404, f'model {req.model[:80]!r} does not exist; this server serves '
                                  f'{self.model!r}')
+    if why := req.refused(): raise HTTPException(422, '; '.join(why))
+    try: n = text_chars(text)
+    except ValueError as e: raise HTTPException(422, f'messages or tools: {e}') from None
+    if n > self.max_prompt_chars:  # before the tokenizer, whose memory grows with the text
+        raise HTTPException(422, f'the prompt has {n} characters of text; this server takes at '
+                                 f'most {self.max_prompt_chars} (before tokenizing; its '
+                                 f'max_prompt_tokens is {self.max_prompt_tokens})')
 
+# %% ../../nbs/05_engines/07_server.ipynb #005faa90
 @patch
 async def chat(self: EngineServer, req: ChatRequest) -> dict:
     "Answer one chat completion request (the template renders on a worker thread)."
-    self.check_model(req.model)
+    self.check_request(req, [m.model_dump(exclude_none=True) for m in req.messages], req.tools)
     prompt = (list(req.prompt_token_ids or [])
               or await asyncio.to_thread(self.render, req.messages, req.tools))
     max_tokens = req.max_completion_tokens or req.max_tokens
-    if req.stream:
-        self.check_prompt(prompt, max_tokens); self.params(req, max_tokens)  # 422s before the 200
+    if req.stream:  # the 422s before the 200
+        self.check_prompt(prompt, max_tokens)
+        self.params(req, max_tokens)
         return chat_stream(self, req, prompt, self.sample_stream(prompt, req, max_tokens))
     out = await self.sample(prompt, req, max_tokens)
-    text = self.decode(out)
-    res = self.tool_parser(req).parse(text)
+    res = self.tool_parser(req).parse(self.decode(out, req.stops))
     calls = [openai_tool_call(c) for c in res.calls]
-    content = res.content
-    msg = {'role': 'assistant', 'content': content if content or not calls else None,
+    msg = {'role': 'assistant', 'content': res.content if res.content or not calls else None,
            'tool_calls': calls or None}
     if res.reasoning: msg['reasoning_content'] = res.reasoning
     lp = None
@@ -283,7 +281,7 @@ async def chat(self: EngineServer, req: ChatRequest) -> dict:
 @patch
 async def complete(self: EngineServer, req: CompletionRequest) -> dict:
     "Answer one text completion request (a text prompt, or token ids)."
-    self.check_model(req.model)
+    self.check_request(req, req.prompt if isinstance(req.prompt, str) else '')
     if isinstance(req.prompt, str):
         prompt = await asyncio.to_thread(self.tokenizer.encode, req.prompt,
                                          add_special_tokens=False)
@@ -294,7 +292,7 @@ async def complete(self: EngineServer, req: CompletionRequest) -> dict:
     if req.logprobs is not None:
         lp = {'tokens': [self.tokenizer.decode([t]) for t in out.token_ids],
               'token_logprobs': out.logprobs, 'top_logprobs': None, 'text_offset': None}
-    choice = {'index': 0, 'text': self.decode(out), 'logprobs': lp,
+    choice = {'index': 0, 'text': self.decode(out, req.stops), 'logprobs': lp,
               'finish_reason': out.finish_reason}
     return {'id': f'cmpl-{uuid.uuid4().hex}', 'object': 'text_completion',
             'created': int(time.time()), 'model': req.model or self.model, 'choices': [choice],
@@ -308,7 +306,9 @@ def openai_messages(messages: list[dict], parser: ToolParser) -> list[dict]:
     for i, m in enumerate(messages):
         plain = m.get('role') == 'assistant' and not m.get('tool_calls')
         res = parser.parse(m['content']) if plain and isinstance(m.get('content'), str) else None
-        if res is None or not res.calls: out.append(m); continue
+        if res is None or not res.calls:
+            out.append(m)
+            continue
         after = itertools.takewhile(lambda t: t.get('role') == 'tool', messages[i + 1:])
         ids = [t.get('tool_call_id') for t in after]
         calls = [{**openai_tool_call(c), 'id': (ids[k] if k < len(ids) and ids[k]
@@ -317,80 +317,23 @@ def openai_messages(messages: list[dict], parser: ToolParser) -> list[dict]:
         out.append({**m, 'content': res.content or None, 'tool_calls': calls})
     return out
 
-# %% ../../nbs/05_engines/07_server.ipynb #08ec0ce9
-class GenerateRequest(BaseModel):
-    "POST /generate: prompts of token ids and their SamplingParams fields."
-    model_config = ConfigDict(extra='forbid')
-    prompts: list[list[TokenId]] = Field(min_length=1, max_length=1024)
-    params: dict | list[dict] | None = Field(None, max_length=1024)
-
-_PARAM_FIELDS = set(SamplingParams.__dataclass_fields__)
-
-def params_from_json(d: Any) -> SamplingParams:
-    "SamplingParams from a JSON object; unknown or invalid fields raise ValueError naming them."
-    if d is None: return SamplingParams()
-    unknown = sorted(set(d) - _PARAM_FIELDS)
-    if unknown:
-        raise ValueError(f'unknown sampling params {unknown}; known: {sorted(_PARAM_FIELDS)}')
-    flags = sorted(k for k, v in d.items() if isinstance(v, bool) or k == 'stop_token_ids' and
-                   any(isinstance(x, bool) or not isinstance(x, int) for x in v or ()))
-    if flags: raise ValueError(f'{flags}: booleans are not numbers (and stop ids are integers)')
-    return SamplingParams(**{k: tuple(v) if k == 'stop_token_ids' else v for k, v in d.items()})
-
-def params_to_json(p: SamplingParams) -> dict:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in p.__dict__.items()}
-
 # %% ../../nbs/05_engines/07_server.ipynb #29d626c7
 @patch
 async def generate_batch(self: EngineServer, req: GenerateRequest) -> dict:
     "Sample every prompt of a /generate body concurrently (the engine batches them)."
-    try:
-        raw = req.params
-        ps = [params_from_json(x) for x in raw] if isinstance(raw, list) else params_from_json(raw)
-        ps = as_params_list(ps, len(req.prompts))
-    except (ValueError, TypeError) as e: raise HTTPException(422, f'params: {e}')
+    raw = req.params if isinstance(req.params, list) else [req.params] * len(req.prompts)
+    if len(raw) != len(req.prompts):
+        raise HTTPException(422, f'params: {len(raw)} for {len(req.prompts)} prompts')
+    try: ps = [params_from_json(p) for p in raw]
+    except ValueError as e: raise HTTPException(422, f'params: {e}') from None
     for i, (p, sp) in enumerate(zip(req.prompts, ps)):  # the chat routes' checks
         if not p: raise HTTPException(422, f'prompts.{i}: must not be empty')
         self.check_prompt(p, sp.max_new_tokens, f'prompts.{i}')
-    try: outs = await asyncio.gather(*map(self.engine.agenerate, req.prompts, ps))
-    except Exception as e:
-        _log.warning('engine failed: %r', e)
-        raise HTTPException(500, f'engine failed: {type(e).__name__}')
+        self.check_sampling(sp, f'params.{i}.')
+    outs = await asyncio.gather(*map(self.engine.agenerate, req.prompts, ps),
+                                return_exceptions=True)
+    if failed := [o for o in outs if isinstance(o, BaseException)]:
+        _log.warning('engine failed: %r', failed[0])
+        raise HTTPException(500, f'engine failed: {type(failed[0]).__name__}')
     return {'outputs': [o.__dict__ for o in outs],
             'policy_version': int(self.engine.policy_version)}
-
-# %% ../../nbs/05_engines/07_server.ipynb #58aa297a
-class HttpEngine(BaseEngine):
-    "A BaseEngine that samples from an EngineServer's /generate over HTTP."
-    def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 120.0,
-                 retries: int = 3, backoff_s: float = 0.2):
-        self.url, self.retries, self.backoff_s = url.rstrip('/'), retries, backoff_s
-        headers = {'Authorization': f'Bearer {api_key}'} if api_key else {}
-        self.client = httpx.Client(timeout=timeout_s, headers=headers, limits=CLIENT_LIMITS,
-                                   verify=ssl_context())
-    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
-        for attempt in range(self.retries + 1):
-            try: r = self.client.request(method, self.url + path, json=body)
-            except httpx.TransportError as e:
-                if attempt == self.retries:
-                    raise EngineHTTPError(f'{method} {self.url}{path} failed after {attempt + 1} '
-                                          f'tries: {type(e).__name__}: {e}') from None
-                time.sleep(self.backoff_s * 2 ** attempt); continue
-            if r.status_code >= 400:
-                try: msg = r.json()['error']['message']
-                except Exception: msg = r.text[:200]
-                raise EngineHTTPError(f'{method} {self.url}{path} -> {r.status_code}: {msg}')
-            return r.json()
-    def health(self) -> dict: return self._request('GET', '/health')
-    def generate(self, prompts: list[list[int]],
-                 params: list[SamplingParams]) -> list[GenerateOutput]:
-        params = as_params_list(params, len(prompts))
-        r = self._request('POST', '/generate', {'prompts': [list(map(int, p)) for p in prompts],
-                                                 'params': [params_to_json(p) for p in params]})
-        self.policy_version = r.get('policy_version', self.policy_version)
-        return [GenerateOutput(**o) for o in r['outputs']]
-    def update_params(self, params: Any, version: int | None = None):
-        raise NotImplementedError('HttpEngine samples from a remote engine: push weights to the '
-                                  'engine behind the EngineServer (engine.update_params) on that '
-                                  'host')
-    def close(self): super().close(); self.client.close()

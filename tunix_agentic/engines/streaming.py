@@ -17,7 +17,7 @@ from fastcore.basics import patch
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['openai_tool_call', 'usage_dict', 'StreamingToolParser', 'text_deltas', 'chat_stream']
+__all__ = ['openai_tool_call', 'usage_dict', 'StreamingToolParser', 'TextDeltas', 'text_deltas', 'chat_stream']
 
 # %% ../../nbs/05_engines/06_streaming.ipynb #92c89d78
 def openai_tool_call(c) -> dict:
@@ -69,21 +69,31 @@ def _in_block(self: StreamingToolParser, s: str, calls: list[ToolCall]) -> str:
     "Text inside an open block: settle it when its close tag is complete; returns the text after."
     if self._scan.state != 'done':
         e = self._scan.feed(s)
-        if self._scan.state in ('bad', 'too_deep'): self._stuck = True; return ''
+        if self._scan.state in ('bad', 'too_deep'):
+            self._stuck = True
+            return ''
         self._block.append(s if e < 0 else s[:e])
         if e < 0: return ''
         s = s[e:]
     if not self._tag:
-        rest = s.lstrip(); self._after.append(s[:len(s) - len(rest)]); s = rest
+        rest = s.lstrip()
+        self._after.append(s[:len(s) - len(rest)])
+        s = rest
     need = self.parser.close_tag[len(self._tag):]
-    if not s.startswith(need[:len(s)]): self._stuck = True; return ''  # not the close tag
+    if not s.startswith(need[:len(s)]):  # not the close tag
+        self._stuck = True
+        return ''
     self._tag += s[:len(need)]
     if len(self._tag) < len(self.parser.close_tag): return ''
     body = ''.join(self._block + self._after)
-    if json_end(body, 0) != len(body): self._stuck = True; return ''  # brackets close, bad JSON
+    if json_end(body, 0) != len(body):  # brackets close, bad JSON
+        self._stuck = True
+        return ''
     got, _ = calls_from_text(body, f"{self.parser.open_tag.strip('<>|')} block")
     for c in got:  # ids made unique as `ToolParser.parse` does
-        if c.id: c.id = unique_id(c.id, self._ids); self._ids.add(c.id)
+        if c.id:
+            c.id = unique_id(c.id, self._ids)
+            self._ids.add(c.id)
     calls += got
     self._block, self._after, self._tag = None, [], ''
     return s[len(need):]
@@ -105,16 +115,22 @@ def feed(self: StreamingToolParser, chunk: str) -> tuple[str, list[ToolCall]]:
     "Add text; return the content delta and the calls that are now settled."
     self._chunks.append(chunk)
     if not self.incremental or self._stuck: return '', []
-    if self.parser.name == 'plain': self._sent.append(chunk); return chunk, []
+    if self.parser.name == 'plain':
+        self._sent.append(chunk)
+        return chunk, []
     o, s, out, calls = self.parser.open_tag, self._held + chunk, [], []
     self._held = ''
     while s and not self._stuck:
-        if self._block is not None: s = self._in_block(s, calls); continue
+        if self._block is not None:
+            s = self._in_block(s, calls)
+            continue
         if (i := s.find(o)) < 0:  # hold back a tail that may start the open tag
             k = next((k for k in range(min(len(o) - 1, len(s)), 0, -1) if s.endswith(o[:k])), 0)
-            out.append(s[:len(s) - k]); self._held = s[len(s) - k:]
+            out.append(s[:len(s) - k])
+            self._held = s[len(s) - k:]
             break
-        out.append(s[:i]); s = s[i + len(o):]
+        out.append(s[:i])
+        s = s[i + len(o):]
         self._block, self._scan = [], JsonScanner()
     self.calls += calls
     return self._say(''.join(out)), calls
@@ -126,21 +142,43 @@ def finish(self: StreamingToolParser) -> tuple[str, list[ToolCall], ParseResult]
     return (*self._take(res), res)
 
 # %% ../../nbs/05_engines/06_streaming.ipynb #73f8ab26
+class TextDeltas:
+    "The text a growing list of ids adds, each piece from a short window (linear in the answer)."
+    def __init__(self, tokenizer, max_wait: int = 16): # max_wait: ids a partial character waits
+        self.tokenizer, self.max_wait, self.ids, self.sent = tokenizer, max_wait, [], []
+        self.start, self.read, self.base = 0, 0, ''  # window from `start`; `base`: text to `read`
+    def _decode(self, a: int, b: int) -> str:
+        return self.tokenizer.decode(self.ids[a:b], skip_special_tokens=False)
+    def feed(self, ids: list[int]) -> str:
+        "The text `ids` add ('' while a UTF-8 character is incomplete)."
+        out = []
+        for t in ids:
+            self.ids.append(t)
+            k = len(self.ids)
+            s = self._decode(self.start, k)
+            wait = s.endswith('\ufffd') or not s.startswith(self.base)
+            if wait and k - self.read < self.max_wait: continue
+            if s.startswith(self.base) and len(s) > len(self.base): out.append(s[len(self.base):])
+            self.start, self.read = self.read, k
+            self.base = self._decode(self.start, self.read)
+        self.sent += out
+        return ''.join(out)
+
+# %% ../../nbs/05_engines/06_streaming.ipynb #ef05b685
+@patch
+def finish(self: TextDeltas) -> str:
+    "The rest: what one full decode of the ids has beyond the pieces given."
+    done, full = ''.join(self.sent), self.tokenizer.decode(self.ids, skip_special_tokens=False)
+    if full.startswith(done): return full[len(done):]
+    _log.warning('decode is not prefix-stable; the stream ends at %r', done[-20:])
+    return ''
+
 def text_deltas(tokenizer, ids: list[int], max_wait: int = 16) -> Iterator[str]:
     "The decoded text of `ids`, one piece per token (a partial UTF-8 character waits)."
-    decode = lambda a, b: tokenizer.decode(ids[a:b], skip_special_tokens=False)
-    sent, start, read, base = [], 0, 0, ''  # window from `start`; `base`: its text up to `read`
-    for k in range(1, len(ids) + 1):
-        s = decode(start, k)
-        wait = (k < len(ids) and s.endswith('\ufffd')) or not s.startswith(base)
-        if wait and k - read < max_wait: continue
-        if s.startswith(base) and len(s) > len(base): sent.append(s[len(base):]); yield sent[-1]
-        start, read = read, k
-        base = decode(start, read)
-    done, full = ''.join(sent), tokenizer.decode(ids, skip_special_tokens=False)
-    if full != done:
-        if full.startswith(done): yield full[len(done):]
-        else: _log.warning('decode is not prefix-stable; the stream ends at %r', done[-20:])
+    td = TextDeltas(tokenizer, max_wait)
+    for t in ids:
+        if piece := td.feed([t]): yield piece
+    if rest := td.finish(): yield rest
 
 # %% ../../nbs/05_engines/06_streaming.ipynb #b94f6512
 def chat_stream(srv, req, prompt: list[int],
@@ -155,25 +193,24 @@ def chat_stream(srv, req, prompt: list[int],
                                       'created': created, 'model': model, 'choices': choices,
                                       **extra}) + '\n\n'
     async def events():
-        sp, n, sent, ids, lps, fr = StreamingToolParser(srv.tool_parser(req)), 0, '', [], [], 'stop'
+        sp, n, ids, lps, fr = StreamingToolParser(srv.tool_parser(req)), 0, [], [], 'stop'
         def emit(text: str, calls: list[ToolCall]) -> list[str]:
             nonlocal n
             out = [chunk({'content': text})] if text else []
             for c in calls:
-                out.append(chunk({'tool_calls': [{'index': n, **openai_tool_call(c)}]})); n += 1
+                out.append(chunk({'tool_calls': [{'index': n, **openai_tool_call(c)}]}))
+                n += 1
             return out
         yield chunk({'role': 'assistant', 'content': ''})
+        td = TextDeltas(srv.tokenizer)  # each chunk decoded once: linear in the answer
         async for o in outs:
-            ids, lps, fr = ids + list(o.token_ids), lps + list(o.logprobs), o.finish_reason
-            body = ids[:-1] if ids and ids[-1] in srv.end_ids else ids
-            text = srv.tokenizer.decode(body, skip_special_tokens=False).rstrip('\ufffd')
-            if text.startswith(sent) and len(text) > len(sent):  # else: wait for the next chunk
-                for e in emit(*sp.feed(text[len(sent):])): yield e
-                sent = text
-        text = srv.tokenizer.decode(body if ids else [], skip_special_tokens=False)
-        if text != sent and not text.startswith(sent):
-            _log.warning('decode is not prefix-stable; the stream ends at %r', sent[-20:])
-        for e in emit(*sp.feed(text[len(sent):] if text.startswith(sent) else '')): yield e
+            ids += o.token_ids
+            lps += o.logprobs
+            fr = o.finish_reason
+            new = list(o.token_ids)
+            if new and new[-1] in srv.end_ids: new = new[:-1]  # the closing stop token
+            for e in emit(*sp.feed(td.feed(new))): yield e
+        for e in emit(*sp.feed(td.finish())): yield e
         text, calls, res = sp.finish()
         for e in emit(text, calls): yield e
         if res.reasoning: yield chunk({'reasoning_content': res.reasoning})

@@ -84,7 +84,7 @@ def scripted_calculator(group_size: int = 2, *, tool_ms: float = 0.0, # each too
     cfg = CollectConfig.tiny(group_size=group_size, max_concurrency=max_concurrency)
     if engine_url is None: engine = ScriptedEngine(tok, multiply_solver, logprob=logprob)
     else:
-        from tunix_agentic.engines.server import HttpEngine
+        from tunix_agentic.engines.http_engine import HttpEngine
         engine = HttpEngine(engine_url)
     return TrajectoryCollector(engine, tok, env_fn, config=cfg)
 

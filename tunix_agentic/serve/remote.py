@@ -4,7 +4,7 @@
 
 # %% ../../nbs/09_serve/01_remote.ipynb #ce7c08fd
 from __future__ import annotations
-import asyncio, random, secrets, time, uuid
+import asyncio, json, math, random, secrets, time, uuid
 from collections import Counter
 from typing import Any, Callable
 import httpx
@@ -15,17 +15,22 @@ from ..envs.agents import ToolAgent
 from ..envs.environments import task_observation
 from ..rollout.episode import settle_rewards
 from ..rollout.collector import CollectConfig, TrajectoryCollector
-from ..engines.http_plumbing import ClientPool
+from ..engines.http_plumbing import AnswerError, ClientPool, post_bounded
 from ..tools.ratelimit import RetryLater, retry_async
 from ..engines.server import EngineServer
+from .rollout_wire import RolloutResponse
+from pydantic import ValidationError
 
 _S = TrajectoryStatus
 
 class RemoteRolloutError(RuntimeError):
-    "The rollout server could not be reached or refused an episode."
+    "The rollout server could not be reached, refused an episode, or answered out of shape."
+
+MAX_ABS_REWARD = 1e6  # a step reward beyond this (or not finite) makes the episode an error
 
 # %% auto #0
-__all__ = ['RemoteRolloutError', 'assemble_ids', 'RemoteCollector']
+__all__ = ['MAX_ABS_REWARD', 'RemoteRolloutError', 'assemble_ids', 'RemoteCollector', 'retry_after', 'checked_answer',
+           'remote_trajectory']
 
 # %% ../../nbs/09_serve/01_remote.ipynb #651158e6
 def _first_diff(a: list, b: list) -> int:
@@ -44,7 +49,8 @@ def assemble_ids(turns: list[dict], final_ids: list[int] | None = None
         if rm is not None and len(rm) != len(new):  # seed 004: one entry per new prompt token
             raise ValueError(f'turn {k}: response_mask has {len(rm)} entries for {len(new)} new '
                              f'prompt tokens')
-        ids += new + out; mask += [0] * len(new) + [1] * len(out)
+        ids += new + out
+        mask += [0] * len(new) + [1] * len(out)
         lps += [0.0] * len(new) + [float(x) for x in t['logprobs']]
     prompt_len = len(turns[0]['prompt_ids']) if turns else len(final_ids or [])
     if final_ids is not None:
@@ -72,6 +78,7 @@ class RemoteCollector(TrajectoryCollector):
                  callback_host: str = '127.0.0.1', callback_port: int = 0,
                  callback_url: str | None = None, # how the rollout server reaches us
                  retry_budget_s: float = 600.0, # time spent retrying 429s / refused connections
+                 max_answer_bytes: int = 64 << 20, # the rollout server's answer, read whole
                  final_reward_fn: Callable | None = None,
                  on_state: Callable | None = None, on_trajectory: Callable | None = None):
         super().__init__(engine, tokenizer, _no_envs, config=config,
@@ -79,6 +86,7 @@ class RemoteCollector(TrajectoryCollector):
                          on_trajectory=on_trajectory)
         self.rollout_url, self.tokenizer_name = rollout_url.rstrip('/'), tokenizer_name
         self.system_prompt, self.tools, self.retry_budget_s = system_prompt, tools, retry_budget_s
+        self.max_answer_bytes = max_answer_bytes
         self.api_key = api_key or secrets.token_urlsafe(16)
         self.rollout_headers = ({'Authorization': f'Bearer {rollout_api_key}'}
                                 if rollout_api_key else {})
@@ -111,6 +119,19 @@ def request_body(self: RemoteCollector, task: dict, rollout_id: str, env_seed: i
             'tokenizer_name': self.tokenizer_name, 'timeout_s': c.episode_timeout_s,
             'metadata': {'task': task, 'env_seed': env_seed, 'sampling_seed': sampling_seed}}
 
+# %% ../../nbs/09_serve/01_remote.ipynb #3637b1da
+def retry_after(headers) -> float:
+    "A 429's `Retry-After` in seconds (1 when absent or not a number)."
+    try: return min(max(float(headers.get('retry-after') or 1), 0.0), 60.0)
+    except ValueError: return 1.0
+
+def checked_answer(raw: bytes, url: str) -> dict:
+    "A rollout server's answer, validated as a `RolloutResponse` (RemoteRolloutError if not one)."
+    try: return RolloutResponse.model_validate_json(raw).model_dump()
+    except ValidationError as e:
+        why = '; '.join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()[:3])
+        raise RemoteRolloutError(f'POST {url}: not a rollout answer ({why[:300]})') from None
+
 # %% ../../nbs/09_serve/01_remote.ipynb #1b1494d9
 @patch
 def _http(self: RemoteCollector) -> httpx.AsyncClient:
@@ -127,29 +148,42 @@ async def post_rollout(self: RemoteCollector, body: dict) -> dict:
     url = self.rollout_url + '/rollout'
     async def attempt() -> dict:
         self.counts['posted'] += 1
-        try: r = await self._http().post(url, json=body)
+        try: code, headers, raw = await post_bounded(
+            self._http(), url, json=body, max_bytes=self.max_answer_bytes,
+            timeout_s=self.config.episode_timeout_s + 30)
+        except AnswerError as e: raise RemoteRolloutError(f'POST {url}: {e}') from None
         except (httpx.ConnectError, httpx.ConnectTimeout) as e:
             self.counts['connect_retries'] += 1
             raise RetryLater(f'POST {url}: {e!r}') from None
-        if r.status_code == 429:
+        if code == 429:
             self.counts['rejected_429'] += 1
-            raise RetryLater(f'POST {url}: 429', float(r.headers.get('retry-after') or 1))
-        if r.status_code != 200:
-            try: msg = r.json()['error']['message']
-            except Exception: msg = r.text[:300]
-            raise RemoteRolloutError(f'POST {url} -> {r.status_code}: {msg}')
-        return r.json()
+            raise RetryLater(f'POST {url}: 429', retry_after(headers))
+        if code != 200:
+            try: msg = str(json.loads(raw)['error']['message'])[:300]
+            except Exception: msg = raw[:300].decode('utf-8', 'replace')
+            raise RemoteRolloutError(f'POST {url} -> {code}: {msg}')
+        return checked_answer(raw, url)
     try: return await retry_async(attempt, max_retries=1 << 30, base_delay=0.1, max_delay=2.0,
                                   budget_s=self.retry_budget_s)
     except RetryLater as e:  # the last attempt's reason, and the budget spent
         raise RemoteRolloutError(f'{e.__cause__}; gave up after {self.retry_budget_s} s') from None
 
 # %% ../../nbs/09_serve/01_remote.ipynb #f39aaa6d
+def remote_trajectory(resp: dict | None) -> tuple[Trajectory | None, str | None]:
+    "The rollout server's `Trajectory`, checked; `(None, why)` when it is out of shape."
+    if not resp or not resp.get('trajectory'): return None, None
+    try:
+        t = Trajectory.from_dict(resp['trajectory'])
+        ok = all(math.isfinite(s.reward) and abs(s.reward) <= MAX_ABS_REWARD for s in t.steps)
+    except Exception: return None, 'the rollout server sent a trajectory out of shape'
+    return (t, None) if ok else (None, f'a step reward is not finite or over {MAX_ABS_REWARD}')
+
 @patch
 def _assemble(self: RemoteCollector, task: dict, resp: dict | None, turns: list[dict],
               error: str | None, episode_id: str, group_id: str, version: int) -> Trajectory:
     "The Trajectory of one remote episode: ids from our records, the rest from the server."
-    remote = Trajectory.from_dict(resp['trajectory']) if resp and resp.get('trajectory') else None
+    remote, bad = remote_trajectory(resp)
+    error = error or bad
     if remote is None and error is None:
         error = (resp or {}).get('error_message') or 'the rollout server sent no trajectory'
     status = remote.status if remote is not None else _S.ERROR
@@ -183,8 +217,12 @@ async def collect(self: RemoteCollector, task: dict, *, episode_id: str | None =
         self.engine_server.expect(rid)
         resp, error = None, None
         try: resp = await self.post_rollout(self.request_body(task, rid, env_seed, sampling_seed))
-        except asyncio.CancelledError: self.engine_server.take(rid); raise
-        except Exception as e: error = f'{type(e).__name__}: {e}'; self.counts['failed'] += 1
+        except asyncio.CancelledError:
+            self.engine_server.take(rid)
+            raise
+        except Exception as e:
+            error = f'{type(e).__name__}: {e}'
+            self.counts['failed'] += 1
         turns = self.engine_server.take(rid)
     traj = self._assemble(task, resp, turns, error, episode_id, group_id, version)
     traj.metrics.update(env_seed=env_seed, sampling_seed=sampling_seed, remote_turns=len(turns),

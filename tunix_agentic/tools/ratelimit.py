@@ -9,7 +9,7 @@ from typing import Any, Awaitable, Callable
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['RateLimiter', 'ToolRateLimiter', 'RetryLater', 'retry_async']
+__all__ = ['RateLimiter', 'ToolRateLimiter', 'RetryLater', 'Backoff', 'retry_async', 'retry_sync']
 
 # %% ../../nbs/01_tools/02_ratelimit.ipynb #54d89629
 _log = logging.getLogger(__name__)
@@ -140,27 +140,46 @@ class RetryLater(Exception):
         super().__init__(message)
         self.retry_after = retry_after
 
+class Backoff:
+    "The waits of one retried call: exponential, full jitter, capped, within an optional budget."
+    def __init__(self, max_retries: int = 5, # retries after the first attempt
+                 base_delay: float = 0.5, # first backoff in seconds, doubled per retry
+                 max_delay: float = 8.0, # cap on one backoff
+                 budget_s: float | None = None, # also give up once a wait would end past it
+                 rng: random.Random | None = None): # jitter source (seed in tests)
+        self.max_retries, self.base_delay, self.max_delay = max_retries, base_delay, max_delay
+        self.budget_s, self.rng, self.attempt = budget_s, rng or random.Random(), 0
+        self.deadline = None if budget_s is None else time.monotonic() + budget_s
+    def wait(self, e: RetryLater) -> float:
+        "Seconds to wait after the failed attempt `e`; raises `RetryLater` when none is left."
+        d = min(self.max_delay, self.base_delay * 2 ** self.attempt) * self.rng.uniform(0.5, 1.0)
+        if e.retry_after is not None: d = max(d, min(float(e.retry_after), self.max_delay))
+        late = self.deadline is not None and time.monotonic() + d > self.deadline
+        if self.attempt == self.max_retries or late:
+            why = f'{self.budget_s} s' if late else f'{self.max_retries + 1} attempts'
+            raise RetryLater(f'gave up after {why}: {e}', e.retry_after) from e
+        self.attempt += 1
+        _log.info('retry %d/%d in %.3fs: %s', self.attempt, self.max_retries, d, e)
+        return d
+
+
+# %% ../../nbs/01_tools/02_ratelimit.ipynb #db2b3b90
 async def retry_async(fn: Callable[[], Awaitable[Any]], # one attempt: a no-argument async function
-                      *, max_retries: int = 5, # retries after the first attempt
-                      base_delay: float = 0.5, # first backoff in seconds, doubled per retry
-                      max_delay: float = 8.0, # cap on one backoff
-                      budget_s: float | None = None, # also give up once a wait would end past it
-                      limiter: RateLimiter | ToolRateLimiter | None = None, # slot per attempt
+                      *, limiter: RateLimiter | ToolRateLimiter | None = None, # slot per attempt
                       tool_name: str | None = None, # for a `ToolRateLimiter`
-                      rng: random.Random | None = None) -> Any: # jitter source (seed in tests)
+                      **backoff) -> Any: # `Backoff` arguments
     "Run `fn`, retrying on `RetryLater` with exponential backoff and full jitter."
-    rng = rng or random.Random()
-    deadline = None if budget_s is None else time.monotonic() + budget_s
-    for attempt in range(max_retries + 1):
+    b = Backoff(**backoff)
+    while True:
         try:
             if limiter is None: return await fn()
             async with limiter.slot(tool_name): return await fn()
-        except RetryLater as e:
-            delay = min(max_delay, base_delay * 2 ** attempt) * rng.uniform(0.5, 1.0)
-            if e.retry_after is not None: delay = max(delay, min(float(e.retry_after), max_delay))
-            late = deadline is not None and time.monotonic() + delay > deadline
-            if attempt == max_retries or late:
-                why = f'{budget_s} s' if late else f'{max_retries + 1} attempts'
-                raise RetryLater(f'gave up after {why}: {e}', e.retry_after) from e
-            _log.info('retry %d/%d in %.3fs: %s', attempt + 1, max_retries, delay, e)
-            await asyncio.sleep(delay)
+        except RetryLater as e: await asyncio.sleep(b.wait(e))
+
+def retry_sync(fn: Callable[[], Any], # one attempt: a no-argument function
+               **backoff) -> Any: # `Backoff` arguments
+    "`retry_async` for synchronous code: the same backoff, slept."
+    b = Backoff(**backoff)
+    while True:
+        try: return fn()
+        except RetryLater as e: time.sleep(b.wait(e))
