@@ -84,7 +84,7 @@ def bench_a(tok, url: str, n: int, concurrency: int) -> dict:
     for c, k in ((1, max(n // 4, 10)), (concurrency, n)):
         local_s, turns = timed(TrajectoryCollector(ScriptedEngine(tok, SCRIPT), tok, env_fn,
                                                    config=cfg(c)), k)
-        col = RemoteCollector(ScriptedEngine(tok, SCRIPT), tok, url, config=cfg(c))
+        col = RemoteCollector(ScriptedEngine(tok, SCRIPT), tok, url, config=cfg(c), max_turns=4)
         try: remote_s, rturns = timed(col, k)
         finally: col.close()
         assert turns == rturns == 3 * k
@@ -99,7 +99,7 @@ def bench_b(tok, n: int, concurrency: int, max_concurrent: int, queued: int) -> 
                                   MAX_QUEUED_ROLLOUTS=str(queued),
                                   ROLLOUT_TOOL_LATENCY_MS='10,100')
     try:
-        col = RemoteCollector(ScriptedEngine(tok, SCRIPT), tok, url, config=cfg(concurrency))
+        col = RemoteCollector(ScriptedEngine(tok, SCRIPT), tok, url, config=cfg(concurrency), max_turns=4)
         try:
             col.run([TASK] * 4)
             col.counts.clear()

@@ -105,7 +105,7 @@ def test_bad_requests_are_422_naming_the_field(tok):
 
 def _collect(engine, tok, n_tasks=8):
     env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_turns=4)
-    cfg = CollectConfig(max_turns=4, group_size=2)
+    cfg = CollectConfig(group_size=2)
     col = TrajectoryCollector(engine, tok, env_fn, config=cfg)
     return col.run([{'question': f'12*34+5? ({i})', 'answer': '#### 413'} for i in range(n_tasks)])
 

@@ -74,11 +74,11 @@ def tasks(n):
 
 @pytest.mark.timeout(120)
 def test_remote_collection_is_identical_to_local(tok, rollout_server):
-    cfg = CollectConfig(max_turns=4, group_size=2)
+    cfg = CollectConfig(group_size=2)
     env_fn = lambda t: ToolEnvironment(t, tools=calculator_tools(), reward_fn='gsm8k', max_turns=4)
     local = TrajectoryCollector(VariedEngine(tok, SCRIPT), tok, env_fn, config=cfg)
     local = local.run(tasks(8))
-    col = RemoteCollector(VariedEngine(tok, SCRIPT), tok, rollout_server, config=cfg)
+    col = RemoteCollector(VariedEngine(tok, SCRIPT), tok, rollout_server, config=cfg, max_turns=4)
     try: remote = col.run(tasks(8))
     finally: col.close()
     assert len(remote) == len(local) == 16
@@ -223,7 +223,7 @@ def test_load_1000_rollouts_none_lost_or_duplicated_429s_retried(tok, queued):
                                    'ROLLOUT_TOOL_LATENCY_MS': '10,100'})
     try:
         col = RemoteCollector(ScriptedEngine(tok, SCRIPT), tok, url,
-                              config=CollectConfig(max_turns=4, group_size=1, max_concurrency=200))
+                              config=CollectConfig(group_size=1, max_concurrency=200), max_turns=4)
         try: trajs = col.run(tasks(1000))
         finally: col.close()
         metrics = httpx.get(url + '/metrics').text

@@ -15,6 +15,7 @@ from ..envs.agents import ToolAgent
 from ..envs.environments import task_observation
 from ..rollout.episode import settle_rewards
 from ..rollout.collector import CollectConfig, TrajectoryCollector
+from ..rollout.episode import EpisodeState
 from ..engines.http_plumbing import AnswerError, ClientPool, post_bounded
 from ..tools.ratelimit import RetryLater, retry_async
 from ..engines.server import EngineServer
@@ -73,6 +74,7 @@ class RemoteCollector(TrajectoryCollector):
                  tokenizer_name: str = 'tiny', # the name the rollout server loads
                  system_prompt: str = 'You are a helpful assistant.',
                  tools: list[dict] | None = None, # tool schemas to offer (None: all)
+                 max_turns: int = 8, # the remote environment's turn budget (it owns it)
                  api_key: str | None = None, # the callback's key (default: random)
                  rollout_api_key: str | None = None, # the rollout server's key
                  callback_host: str = '127.0.0.1', callback_port: int = 0,
@@ -86,13 +88,14 @@ class RemoteCollector(TrajectoryCollector):
                          on_trajectory=on_trajectory)
         self.rollout_url, self.tokenizer_name = rollout_url.rstrip('/'), tokenizer_name
         self.system_prompt, self.tools, self.retry_budget_s = system_prompt, tools, retry_budget_s
+        self.max_turns = max_turns
         self.max_answer_bytes = max_answer_bytes
         self.api_key = api_key or secrets.token_urlsafe(16)
         self.rollout_headers = ({'Authorization': f'Bearer {rollout_api_key}'}
                                 if rollout_api_key else {})
+        budget = max(512, self.config.episode.sampling.max_new_tokens)
         self.engine_server = EngineServer(engine, tokenizer, api_key=self.api_key,
-                                          max_tokens=max(512, self.config.sampling.max_new_tokens),
-                                          host=callback_host, port=callback_port)
+                                          max_tokens=budget, host=callback_host, port=callback_port)
         self.callback_url = callback_url or self.engine_server.url
         self.counts: Counter = Counter()  # posted, rejected_429, connect_retries, failed
         self._uid, self._client = uuid.uuid4().hex[:8], None
@@ -109,10 +112,11 @@ def request_body(self: RemoteCollector, task: dict, rollout_id: str, env_seed: i
                  sampling_seed: int) -> dict:
     "The /rollout body of one episode."
     messages = ToolAgent(system_prompt=self.system_prompt).prompt(task_observation(task))
-    c, s = self.config, self.config.sampling
+    c = self.config.episode
+    s = c.sampling
     return {'rollout_id': rollout_id, 'server_url': self.callback_url,
             'callback_api_key': self.api_key, 'messages': messages,
-            'tools': self.tools, 'max_turns': c.max_turns, 'max_tokens_total': c.max_seq_len,
+            'tools': self.tools, 'max_turns': self.max_turns, 'max_tokens_total': c.max_seq_len,
             'sampling_params': {'temperature': s.temperature, 'top_p': s.top_p, 'top_k': s.top_k,
                                 'max_tokens': s.max_new_tokens,
                                 'stop_token_ids': list(s.stop_token_ids)},
@@ -139,7 +143,7 @@ def _http(self: RemoteCollector) -> httpx.AsyncClient:
     loop = asyncio.get_running_loop()
     if self._client is None or self._client[0] is not loop:
         self._client = (loop, ClientPool(self.config.max_concurrency, headers=self.rollout_headers,
-                                         timeout=self.config.episode_timeout_s + 30))
+                                         timeout=self.config.episode.episode_timeout_s + 30))
     return self._client[1].get()
 
 @patch
@@ -150,7 +154,7 @@ async def post_rollout(self: RemoteCollector, body: dict) -> dict:
         self.counts['posted'] += 1
         try: code, headers, raw = await post_bounded(
             self._http(), url, json=body, max_bytes=self.max_answer_bytes,
-            timeout_s=self.config.episode_timeout_s + 30)
+            timeout_s=self.config.episode.episode_timeout_s + 30)
         except AnswerError as e: raise RemoteRolloutError(f'POST {url}: {e}') from None
         except (httpx.ConnectError, httpx.ConnectTimeout) as e:
             self.counts['connect_retries'] += 1
@@ -191,7 +195,7 @@ def _assemble(self: RemoteCollector, task: dict, resp: dict | None, turns: list[
     try: ids, mask, lps, plen = assemble_ids(turns, remote.input_ids if remote else None)
     except ValueError as e: ids, mask, lps, plen, status, error = [], [], [], 0, _S.ERROR, str(e)
     steps = list(remote.steps) if remote is not None else []
-    failed = settle_rewards(task, steps, status, self.config.gamma, self.final_reward_fn)
+    failed = settle_rewards(task, steps, status, self.config.episode.gamma, self.final_reward_fn)
     if failed: status, error = _S.ERROR, failed  # the episode's own wrap-up, as a local run's
     return Trajectory(task=dict(task), steps=steps, reward=float(sum(s.reward for s in steps)),
                       status=status, messages=remote.messages if remote else [], input_ids=ids,
@@ -202,33 +206,28 @@ def _assemble(self: RemoteCollector, task: dict, resp: dict | None, turns: list[
 
 # %% ../../nbs/09_serve/01_remote.ipynb #8a1f8750
 @patch
-async def collect(self: RemoteCollector, task: dict, *, episode_id: str | None = None,
-                  group_id: str = '', env_seed: int | None = None,
-                  sampling_seed: int | None = None,
-                  sink: Callable[[Trajectory], Any] | None = None) -> Trajectory:
-    "Run one episode on the rollout server and assemble its `Trajectory` from our engine's records."
-    st, env_seed, sampling_seed = self._begin(episode_id, group_id, env_seed, sampling_seed)
+async def _play(self: RemoteCollector, task: dict, st: EpisodeState, env_seed: int,
+                sampling_seed: int, sink: Callable | None) -> Trajectory:
+    "Play the episode on the rollout server; its `Trajectory` from our engine's records."
     episode_id = st.episode_id
-    async with self._semaphore():
-        self._set(st, _S.RUNNING)
-        self.engine_server.start()
-        version, t0 = int(getattr(self.engine, 'policy_version', 0)), time.perf_counter()
-        rid = f'{self._uid}-{episode_id}'
-        self.engine_server.expect(rid)
-        resp, error = None, None
-        try: resp = await self.post_rollout(self.request_body(task, rid, env_seed, sampling_seed))
-        except asyncio.CancelledError:
-            self.engine_server.take(rid)
-            raise
-        except Exception as e:
-            error = f'{type(e).__name__}: {e}'
-            self.counts['failed'] += 1
-        turns = self.engine_server.take(rid)
-    traj = self._assemble(task, resp, turns, error, episode_id, group_id, version)
+    self._set(st, _S.RUNNING)
+    self.engine_server.start()
+    version, t0 = int(self.engine.policy_version), time.perf_counter()
+    rid = f'{self._uid}-{episode_id}'
+    self.engine_server.expect(rid)
+    resp, error = None, None
+    try: resp = await self.post_rollout(self.request_body(task, rid, env_seed, sampling_seed))
+    except asyncio.CancelledError:
+        self.engine_server.take(rid)
+        raise
+    except Exception as e:
+        error = f'{type(e).__name__}: {e}'
+        self.counts['failed'] += 1
+    turns = self.engine_server.take(rid)
+    traj = self._assemble(task, resp, turns, error, episode_id, st.group_id, version)
     traj.metrics.update(env_seed=env_seed, sampling_seed=sampling_seed, remote_turns=len(turns),
                         time_remote_s=time.perf_counter() - t0)
     if resp:
         traj.metrics.update({f'rollout_{k}': v for k, v in (resp.get('metrics') or {}).items()})
     self._set(st, traj.status)
-    self._publish(traj, sink)  # as the local collector: a failing callback is logged, not raised
     return traj

@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from ..engines.engine import SamplingParams
 from ..engines.openai_requests import CHARS_PER_TOKEN, text_chars
 from ..envs.agents import ToolAgent
-from ..envs.environments import ToolEnvironment, resolve_tools
+from ..envs.environments import BaseEnv, ENV_REGISTRY, ToolEnvironment, resolve_tools
 from ..tools.base import ToolManager
 from ..core.trajectory import TrajectoryStatus
 from ..rollout.episode import Episode, EpisodeConfig, derive_seed
@@ -75,6 +75,9 @@ class RolloutServer:
                  tools: list | None = None, # default: settings.toolset
                  tokenizers: TokenizerCache | None = None):
         self.settings = s = settings or RolloutSettings.from_env()
+        if s.env not in ENV_REGISTRY:
+            raise ValueError(f'RolloutSettings.env {s.env!r} is not a registered environment; '
+                             f'known: {sorted(ENV_REGISTRY)}')
         tools = resolve_tools(s.toolset if tools is None else tools)
         if s.tool_latency_ms[1] > 0: tools = [LatencyTool(t, *s.tool_latency_ms) for t in tools]
         self.manager = ToolManager(tools)
@@ -158,19 +161,29 @@ async def play(self: RolloutServer, req: RolloutRequest, task: dict, manager: To
                scored: str | None, agent: ToolAgent, tok, cb: CallbackEngine):
     "The episode of one rollout, played against the callback (its `Trajectory`)."
     md, sp, rid = req.metadata, req.sampling_params, req.rollout_id
-    cfg = EpisodeConfig(max_turns=req.max_turns, max_seq_len=req.max_tokens_total,
+    cfg = EpisodeConfig(max_seq_len=req.max_tokens_total,
                         episode_timeout_s=req.timeout_s or self.settings.http_client_timeout,
                         sampling=SamplingParams(temperature=sp.temperature, top_p=sp.top_p,
                                                 top_k=sp.top_k, max_new_tokens=sp.max_tokens,
                                                 stop_token_ids=tuple(sp.stop_token_ids)))
     seed = lambda k, *parts: int(md[k]) if isinstance(md.get(k), int) else derive_seed(*parts)
     with self.m_latency.time():
-        env = ToolEnvironment(task, tools=manager, reward_fn=scored, max_turns=req.max_turns)
+        env = self.make_env(task, manager, scored, req.max_turns)
         env_seed = seed('env_seed', 0, rid)
-        cb.episode = ep = Episode(task, env, agent, tok, cfg, env_seed=env_seed, episode_id=rid,
+        cb.episode = ep = Episode(task, env, agent, cb, tok, cfg, env_seed=env_seed,
+                                  episode_id=rid,
                                   sampling_seed=seed('sampling_seed', env_seed, rid))
-        traj = await ep.run(cb)
+        traj = await ep.run()
     return traj
+
+@patch
+def make_env(self: RolloutServer, task: dict, manager: ToolManager, reward_fn: str | None,
+             max_turns: int) -> BaseEnv:
+    "The environment of one rollout (`settings.env`); the request's `max_turns` is its budget."
+    cls = ENV_REGISTRY[self.settings.env]
+    if issubclass(cls, ToolEnvironment):
+        return cls(task, tools=manager, reward_fn=reward_fn, max_turns=max_turns)
+    return cls(task, reward_fn=reward_fn, max_turns=max_turns)
 
 # %% ../../nbs/09_serve/00a_rollout_server.ipynb #390992b1
 def _prompt_len(tok, messages: list[dict], tools: list[dict]) -> int:

@@ -49,6 +49,7 @@ class RolloutSettings(BaseModel):
     max_body_bytes: int = Field(8 << 20, ge=1024)  # the bytes of a request body
     max_tokens_total: int = Field(1 << 16, ge=1)  # the largest max_tokens_total a request may ask
     toolset: str = 'calculator'  # a name in envs.TOOLSETS
+    env: str = 'tool'  # the environment: a name in envs.ENV_REGISTRY ('tool': ToolEnvironment)
     tool_latency_ms: tuple[float, float] = (0.0, 0.0)  # each tool call sleeps U(lo, hi) ms first
     reward_fn: str | None = 'gsm8k'  # scores tasks that carry an answer (metadata.task)
     parser: str = 'qwen'
