@@ -6,11 +6,11 @@ two notebooks of one folder (or two folders) sharing a number prefix; a module d
 a whole sentence; a logger listed in `__all__`; a module over 400 lines; a line over 100 columns in
 exported code (nbdev's own `__all__` lines and lines of verbatim string data aside); fewer than 70%
 of exported cells followed at once by an example or a check, or a median exported cell over 15 code
-lines; with --semicolons, on statements joined by `;` in exported code (counted with `tokenize`; the
-count per module is printed either way, and `.ci/split_semicolons.py` rewrites a notebook's export
-cells without them). Prints the figures either way.
+lines; statements joined by `;` in exported code (counted with `tokenize`, per module;
+`.ci/split_semicolons.py` rewrites a notebook's export cells without them). Prints the figures
+either way.
 
-Usage: python .ci/house.py [--per-notebook] [--semicolons]
+Usage: python .ci/house.py [--per-notebook]
 """
 import ast, io, json, re, statistics, sys, tokenize
 from collections import defaultdict
@@ -186,12 +186,7 @@ def main(argv: list[str]) -> int:
     found = {**check_imports(mods, order), 'duplicated notebook prefixes': check_prefixes(),
              **check_modules(mods)}
     found['notebook rhythm'] = rhythm('--per-notebook' in argv)[2]
-    joined = semicolons(mods)
-    if '--semicolons' in argv: found['modules with `;`-joined statements'] = joined
-    else:  # reported, not failed, until the notebooks have been through .ci/split_semicolons.py
-        total = sum(int(j.rsplit(': ', 1)[1]) for j in joined)
-        print(f'semicolons: {total} in {len(joined)} modules (a failure with --semicolons)')
-        for j in joined: print(f'       {j}')
+    found['modules with `;`-joined statements'] = semicolons(mods)
     folders = sorted({n.split('.')[1] for n in mods if n.count('.') >= 2})
     print(f'house: {len(mods)} modules in {len(folders)} folders ({", ".join(folders)}), '
           f'{sum(len(p.read_text().splitlines()) for p in mods.values())} lines')

@@ -34,7 +34,9 @@ def _operands(rng: random.Random, kind: str) -> tuple[int, int, int]:
     if kind in ('mul_add', 'mul_sub'):
         return rng.randint(10, 99), rng.randint(3, 9), rng.randint(10, 99)
     while True:  # add_div: a + b is a multiple of c, so the quotient is a whole number
-        c = rng.randint(3, 9); s = c * rng.randint(4, 40); a = rng.randint(10, 99)
+        c = rng.randint(3, 9)
+        s = c * rng.randint(4, 40)
+        a = rng.randint(10, 99)
         if 10 <= s - a <= 99: return a, s - a, c
 
 def make_task(rng: random.Random, kind: str = 'add_mul') -> dict:
@@ -80,7 +82,8 @@ def call_text(name: str, a: int, b: int) -> str:
 # %% ../../nbs/10_app/00_calc_tasks.ipynb #461e9b71
 def _mistype(n: int, rng: random.Random) -> int:
     "`n` with one digit replaced by another (never a leading zero)."
-    s = str(abs(n)); i = rng.randrange(len(s))
+    s = str(abs(n))
+    i = rng.randrange(len(s))
     d = rng.choice([x for x in '0123456789'
                     if x != s[i] and not (i == 0 and x == '0' and len(s) > 1)])
     return int(s[:i] + d + s[i + 1:]) * (-1 if n < 0 else 1)

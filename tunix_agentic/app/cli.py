@@ -258,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('-v', '--verbose', action='store_true', help='log at INFO level')
     p.add_argument('--version', action='version', version=f'tunix-agentic {__version__}')
     sub = p.add_subparsers(dest='command', required=True, metavar='COMMAND')
-    _run_commands(sub); _other_commands(sub)
+    _run_commands(sub)
+    _other_commands(sub)
     return p
 
 # %% ../../nbs/10_app/04_cli.ipynb #dad56172
@@ -284,7 +285,8 @@ def _restart_with_huge_pages(command: str):
     if command not in ('train', 'demo'): return
     env = huge_page_env(dict(os.environ), _thp_mode(), platform.libc_ver()[0])
     if env is None: return
-    sys.stdout.flush(); sys.stderr.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
     try: os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
     except OSError as e: logging.getLogger(__name__).warning('no huge pages (%s)', e)
 

@@ -20,8 +20,10 @@ def _bars(ax, before: dict, after: dict):
         ax.bar(x + dx, [d[k] for k in keys], 0.4, label=lab, color=col)
         for i, k in enumerate(keys):
             ax.text(i + dx, d[k] + 0.02, f'{d[k]:.0%}', ha='center', fontsize=8)
-    ax.set_xticks(x, [k.replace('_', ' ') for k in keys]); ax.set_ylim(0, 1.15)
-    ax.set_title('held-out, sampled'); ax.legend(fontsize=8, loc='lower right')
+    ax.set_xticks(x, [k.replace('_', ' ') for k in keys])
+    ax.set_ylim(0, 1.15)
+    ax.set_title('held-out, sampled')
+    ax.legend(fontsize=8, loc='lower right')
 
 def plot_demo(sft_losses: list[float], records: list[dict], before: dict, after: dict,
               path: str | Path, short_steps: int = 0) -> Path:
@@ -30,7 +32,9 @@ def plot_demo(sft_losses: list[float], records: list[dict], before: dict, after:
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     fig, axs = plt.subplots(1, 3, figsize=(14, 3.6))
-    axs[0].plot(sft_losses); axs[0].set_yscale('log'); axs[0].set_title('SFT loss')
+    axs[0].plot(sft_losses)
+    axs[0].set_yscale('log')
+    axs[0].set_title('SFT loss')
     if short_steps: axs[0].axvline(short_steps, color='gray', ls='--', lw=1)
     steps = [r['step'] for r in records]
     axs[1].plot(steps, [r['success'] for r in records], marker='.', label='training episodes')
@@ -38,12 +42,18 @@ def plot_demo(sft_losses: list[float], records: list[dict], before: dict, after:
     integer_step_axis(axs[1], steps)  # a one-step run is not ticked -0.045..0.045
     axs[1].axhline(before['final_answer'], color='gray', ls=':', label='held-out, after SFT')
     axs[1].axhline(after['final_answer'], color='tab:green', ls=':', label='held-out, after GRPO')
-    axs[1].set_ylim(-0.02, 1.02); axs[1].set_title('GRPO: success'); axs[1].legend(fontsize=8)
+    axs[1].set_ylim(-0.02, 1.02)
+    axs[1].set_title('GRPO: success')
+    axs[1].legend(fontsize=8)
     _bars(axs[2], before, after)
-    for ax in axs: ax.grid(alpha=.3); ax.set_xlabel('step') if ax is not axs[2] else None
+    for ax in axs:
+        ax.grid(alpha=.3)
+        ax.set_xlabel('step') if ax is not axs[2] else None
     fig.tight_layout()
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80); plt.close(fig)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
     return path
 
 # %% ../../nbs/10_app/02a_demo.ipynb #a78175d3
@@ -108,8 +118,11 @@ def plot_seeds(summaries: Sequence[dict], path: str | Path) -> Path:
     for s in summaries:
         if s.get('sft_losses'): axs[0].plot(s['sft_losses'], lw=1, label=f"seed {s['seed']}")
         axs[1].plot(s['grpo_train_success'], marker='.', label=f"seed {s['seed']}")
-    axs[0].set_yscale('log'); axs[0].set_title('SFT loss'); axs[0].set_xlabel('step')
-    axs[1].set_ylim(-0.02, 1.02); axs[1].set_title('GRPO: training success')
+    axs[0].set_yscale('log')
+    axs[0].set_title('SFT loss')
+    axs[0].set_xlabel('step')
+    axs[1].set_ylim(-0.02, 1.02)
+    axs[1].set_title('GRPO: training success')
     axs[1].set_xlabel('step')
     x = np.arange(len(summaries))
     for dx, key, lab, col in ((-0.2, 'heldout_success_before_rl', 'after SFT', 'tab:gray'),
@@ -117,11 +130,15 @@ def plot_seeds(summaries: Sequence[dict], path: str | Path) -> Path:
         v = [s[key] for s in summaries]
         axs[2].bar(x + dx, v, 0.4, label=lab, color=col)
         for i, y in enumerate(v): axs[2].text(i + dx, y + 0.02, f'{y:.0%}', ha='center', fontsize=8)
-    axs[2].set_xticks(x, [f"seed {s['seed']}" for s in summaries]); axs[2].set_ylim(0, 1.12)
+    axs[2].set_xticks(x, [f"seed {s['seed']}" for s in summaries])
+    axs[2].set_ylim(0, 1.12)
     axs[2].set_title('held-out success, sampled')
     for ax in axs:
-        ax.grid(alpha=.3); ax.legend(fontsize=8, loc='upper left' if ax is axs[2] else 'best')
+        ax.grid(alpha=.3)
+        ax.legend(fontsize=8, loc='upper left' if ax is axs[2] else 'best')
     fig.tight_layout()
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80); plt.close(fig)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
     return path

@@ -75,7 +75,9 @@ class Run:
 # %% ../../nbs/10_app/03_run.ipynb #f08d150d
 def _write_json(path: Path, obj):
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix('.tmp'); tmp.write_text(json.dumps(obj, indent=2)); os.replace(tmp, path)
+    tmp = path.with_suffix('.tmp')
+    tmp.write_text(json.dumps(obj, indent=2))
+    os.replace(tmp, path)
 
 def _warm_start(self: Run) -> list[float]:
     "Demonstrations and SFT (nothing when `sft.n_demos` or the steps are 0); the losses."
@@ -264,7 +266,8 @@ def _train(self: Run) -> dict:
         compiles.stop()
         if pool: pool.shutdown(wait=False, cancel_futures=True)
         if c.workers.kind != 'none' and self._loop is not None: self._loop.collector.close()
-        self.sinks.close(); self.sinks = None
+        self.sinks.close()
+        self.sinks = None
     self.times['total_s'] = time.perf_counter() - t0
     s = self._summary(before, after, greedy_before, greedy_after, records, plot, model_dir)
     s['compilation'] = compiles.summary()
@@ -328,7 +331,8 @@ def _train_from_yaml(path: str | Path) -> dict:
 def train_subprocess(cfg: RunConfig) -> dict:
     "`Run(cfg).train()` in a fresh Python process; its summary."
     import subprocess, sys
-    out = Path(cfg.log.output_dir); out.mkdir(parents=True, exist_ok=True)
+    out = Path(cfg.log.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
     (out / 'config.yaml').write_text(to_yaml(cfg))
     code = ('import sys; from tunix_agentic.app.run import _train_from_yaml; '
             '_train_from_yaml(sys.argv[1])')
