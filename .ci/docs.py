@@ -24,28 +24,32 @@ TRACEBACK = re.compile(r'Traceback \(most recent call last\)|class="cell-output-
 
 def module_map() -> str:
     "nbs/12_reference/modules.md: each notebook, the module it exports and its summary line."
-    out = ['---', 'title: Module map', 'description: Every notebook, the module it exports, and what it '
-           'holds, in the order data flows.', '---', '',
-           'Each notebook in `nbs/` exports one module of `tunix_agentic/`; a module imports only modules',
-           'above it (`.ci/house.py` checks this). Every public name is also importable from the top:',
-           '`from tunix_agentic import Trajectory`. Written by `python .ci/docs.py --module-map`.', '']
+    out = ['---', 'title: Module map', 'description: Every notebook, the module it exports, and '
+           'what it holds, in the order data flows.', '---', '',
+           'Each notebook in `nbs/` exports one module of `tunix_agentic/`; a module imports only '
+           'modules', 'above it (`.ci/house.py` checks this). Every public name is also importable '
+           'from the top:',
+           '`from tunix_agentic import Trajectory`. Written by `python .ci/docs.py --module-map`.',
+           '']
     folder = None
     for nb_path in sorted(NBS.glob('[0-9]*/[0-9]*.ipynb')):
         srcs = [(c['cell_type'], ''.join(c['source']))
                 for c in json.loads(nb_path.read_text(encoding='utf-8'))['cells']]
-        exp = next((m.group(1) for _, s in srcs if (m := re.search(r'#\|\s*default_exp\s+(\S+)', s))), None)
+        exp = next((m.group(1) for _, s in srcs
+                    if (m := re.search(r'#\|\s*default_exp\s+(\S+)', s))), None)
         summary = next((m.group(1).strip() for t, s in srcs
                         if t == 'markdown' and (m := re.search(r'^>\s*(.+)$', s, re.M))), '')
         if nb_path.parent.name != folder:
             folder = nb_path.parent.name
-            out += ['', f'## {folder.split("_", 1)[1]}', '', '| notebook | module | what it holds |',
-                    '|---|---|---|']
+            out += ['', f'## {folder.split("_", 1)[1]}', '',
+                    '| notebook | module | what it holds |', '|---|---|---|']
         module = f'`tunix_agentic.{exp}`' if exp else '—'
         out.append(f'| [{nb_path.stem}](../{folder}/{nb_path.name}) | {module} | {summary} |')
     listed = '\n'.join(out)
-    extra = sorted(m for p in (ROOT / 'tunix_agentic').rglob('*.py')
-                   if p.name not in ('__init__.py', '__main__.py', '_modidx.py')
-                   and f'`{(m := ".".join(p.relative_to(ROOT).with_suffix("").parts))}`' not in listed)
+    mods = ['.'.join(p.relative_to(ROOT).with_suffix('').parts)
+            for p in (ROOT / 'tunix_agentic').rglob('*.py')
+            if p.name not in ('__init__.py', '__main__.py', '_modidx.py')]
+    extra = sorted(m for m in mods if f'`{m}`' not in listed)
     if extra:
         out += ['', '## Modules not exported from a notebook', '']
         for m in extra:
@@ -54,19 +58,22 @@ def module_map() -> str:
     return '\n'.join(out) + '\n'
 
 
-def run_notebooks():
+def run_notebooks(workers: int):
     "nbs/ into _exec/nbs: notebooks run in kernels (outputs kept), every other file copied."
+    from nbdev.quarto import refresh_quarto_yml
+    refresh_quarto_yml()  # nbs/nbdev.yml from settings.ini, before it is copied
     shutil.rmtree(EXEC.parent, ignore_errors=True)
     shutil.copytree(NBS, EXEC, copy_function=shutil.copy2,  # mtimes kept: nbdev_readme's check
                     ignore=shutil.ignore_patterns('.*', '_*.ipynb', '_proc', '_docs'))
     nbs = [str(p) for p in sorted(NBS.rglob('[0-9]*.ipynb')) if '.ipynb_checkpoints' not in str(p)]
-    r = subprocess.run([sys.executable, str(ROOT / '.ci' / 'run_notebooks.py'), '--workers', '2',
-                        '--save', str(EXEC), *nbs], cwd=ROOT)
+    r = subprocess.run([sys.executable, str(ROOT / '.ci' / 'run_notebooks.py'), '--save', str(EXEC),
+                        '--workers', str(workers), *nbs], cwd=ROOT)
     if r.returncode: raise SystemExit('docs: a notebook failed (table above); no site built')
 
 
 def build():
     "`nbdev_docs` on the executed copy of nbs/."
+    shutil.rmtree(ROOT / '_proc', ignore_errors=True)  # built from _exec/nbs, not nbs/
     exe = Path(sys.executable).with_name('nbdev_docs')
     subprocess.run([str(exe) if exe.exists() else 'nbdev_docs', '--path', str(EXEC)], cwd=ROOT,
                    check=True)
@@ -95,14 +102,15 @@ def check(site: Path = DOCS) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--check', action='store_true', help='only check the _docs/ there is')
-    p.add_argument('--module-map', action='store_true', help='only write nbs/12_reference/modules.md')
+    p.add_argument('--module-map', action='store_true', help='only write the module map')
+    p.add_argument('--workers', type=int, default=2, help='notebooks run at once')
     a = p.parse_args(argv)
     (NBS / '12_reference' / 'modules.md').write_text(module_map(), encoding='utf-8')
     if a.module_map: return 0
     if not a.check:
-        if not shutil.which('quarto'): raise SystemExit('docs: no quarto on PATH (see quarto_offline.sh)')
+        if not shutil.which('quarto'): raise SystemExit('docs: no quarto (.ci/quarto_offline.sh)')
         t = time.time()
-        run_notebooks()
+        run_notebooks(a.workers)
         build()
         print(f'_docs/ built with nbdev_docs from executed notebooks in {time.time() - t:.0f} s')
     found = check()
