@@ -8,18 +8,22 @@ Why more than `nbdev_docs`: the notebooks are committed without outputs, so its 
 none. `.ci/run_notebooks.py --save` first runs them in kernels (tst_flags cells skipped, widgets
 saved as static HTML) into _exec/nbs, beside copies of nbs/'s other files; `nbdev_docs --path
 _exec/nbs` renders that folder (index.ipynb is copied unrun: it is also README.md). The check
-counts pages and pages with outputs, and fails on a missing page, a traceback, an absolute
+counts pages and pages with outputs, and fails on a missing page, an error output, an absolute
 localhost link (settings.ini's doc_host is empty until there is a public host, so nbdev's links
-are root-relative), or a link to a file the site lacks.
+are root-relative), markdown shown raw in a signature, or a link to a file the site lacks.
 """
 import argparse, ast, json, re, shutil, subprocess, sys, time
 from pathlib import Path
+from urllib.parse import urljoin
+
+sys.path.insert(0, str(Path(__file__).parent))
+from quarto_hooks import COMMENT, SIGNATURE  # noqa: E402  (Quarto's post-render step)
 
 ROOT = Path(__file__).resolve().parents[1]
 NBS, EXEC, DOCS = ROOT / 'nbs', ROOT / '_exec' / 'nbs', ROOT / '_docs'
 LOCALHOST = re.compile(r'(?:href|src)="https?://(?:localhost|127\.0\.0\.1)[:/"]')
 OUTPUT = re.compile(r'class="cell-output')
-TRACEBACK = re.compile(r'Traceback \(most recent call last\)|class="cell-output-error')
+ERROR = re.compile(r'class="[^"]*cell-output-error')  # an error output (a printed traceback is not)
 
 
 def module_map() -> str:
@@ -89,10 +93,13 @@ def check(site: Path = DOCS) -> dict:
         n = len(LOCALHOST.findall(text))
         found['localhost_links'] += n
         if n: found['problems'].append(f'{name}: {n} absolute localhost links')
-        if TRACEBACK.search(text): found['problems'].append(f'{name}: a cell shows a traceback')
+        if ERROR.search(text): found['problems'].append(f'{name}: a cell shows an error')
+        raw = [c.group(2) for s in SIGNATURE.finditer(text) for c in COMMENT.finditer(s.group(2))
+               if re.search(r'`|\]\(', c.group(2))]
+        if raw: found['problems'].append(f'{name}: markdown shown raw in a signature: {raw[0]}')
         for url in re.findall(r'(?:href|src)="([^"#?]+)', text):
             if re.match(r'[a-z]+:|//', url): continue
-            target = site / url.lstrip('/') if url.startswith('/') else page.parent / url
+            target = site / urljoin(f'/{name.as_posix()}', url).lstrip('/')  # as a browser would
             if not (target.exists() or (target / 'index.html').exists()):
                 found['problems'].append(f'{name}: links to {url}, which the site lacks')
     if not pages: found['problems'].append(f'{site}: no pages (build first)')

@@ -3,7 +3,8 @@
 Before: assets/ (the pictures pages show) and docker/README.md (the container guide, a Reference
 page) copied in; show_doc's `[source]` links dropped while settings.ini has no git_url (they would
 point at /blob/main/..., a page no host serves). After: links written for GitHub in nbs/index.ipynb
-(which is also README.md: `nbs/x.ipynb`, `docker/README.md`) pointed at the pages; in README.md,
+(which is also README.md: `nbs/x.ipynb`, `docker/README.md`) pointed at the pages; markdown in
+show_doc's signature comments (docments), which Quarto shows as code, made HTML; in README.md,
 nbdev's links from names to doc pages unlinked while there is no doc_host (GitHub cannot serve
 them).
 Standard library only: Quarto runs it with whichever python3 is on PATH."""
@@ -13,7 +14,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER_PAGE = '12_reference/docker.md'
 _SOURCE_LINK = re.compile(r'\[source\]\((?:\.\./|/)*blob/[^)]*\)(?:\{[^}]*\})?')
-_DOC_LINK = re.compile(r'\[(`[^`\]]+`)\]\(/[^)\s]*\.html[^)\s]*\)')  # [`Name`](/x/y.html#name)
+SIGNATURE = re.compile(r'(</h[34]>\s*<div class="sourceCode" id="cb\d+"><pre[^>]*><code[^>]*>)'
+                       r'(.*?)(</code>)', re.S)  # show_doc's signature: a code block after a heading
+COMMENT = re.compile(r'(<span class="co">)([^<]*)(</span>)')
+_DOC_LINK = re.compile(r'\[(`[^`\]]+`)\]\((?![a-z]+:)[^)\s]*\.html[^)\s]*\)')  # [`N`](./x.html#n)
 
 
 def setting(key: str) -> str:
@@ -53,6 +57,15 @@ def github_links(body: str, depth: int) -> str:
     return re.sub(r'((?:href|src)=")([^"]+)"', fix, body)
 
 
+def signature_comments(body: str, depth: int) -> str:
+    "In signature comments: nbdev's [`Name`](/page.html#name) links as links, `code` unquoted."
+    def link(m): return f'<a href="{"../" * depth}{m.group(2)}">{m.group(1)}</a>'
+    def comment(m):
+        text = re.sub(r'\[`([^`\]]+)`\]\(/([^)\s]+)\)', link, m.group(2)).replace('`', '')
+        return m.group(1) + text + m.group(3)
+    return SIGNATURE.sub(lambda m: m.group(1) + COMMENT.sub(comment, m.group(2)) + m.group(3), body)
+
+
 def post_render(out: Path, files: list[str]):
     for f in files:
         page = Path(f) if Path(f).is_absolute() else Path.cwd() / f
@@ -60,7 +73,8 @@ def post_render(out: Path, files: list[str]):
         text = page.read_text(encoding='utf-8')
         if page.name == 'README.md' and not setting('doc_host'): fixed = _DOC_LINK.sub(r'\1', text)
         elif page.suffix == '.html':
-            fixed = github_links(text, len(page.resolve().relative_to(out.resolve()).parts) - 1)
+            depth = len(page.resolve().relative_to(out.resolve()).parts) - 1
+            fixed = signature_comments(github_links(text, depth), depth)
         else: continue
         if fixed != text: page.write_text(fixed, encoding='utf-8')
 

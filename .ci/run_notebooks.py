@@ -135,6 +135,7 @@ def run_one(path: Path, limit_s: float, save: Path | None, run_flags: set[str]) 
         row['errors'].append((-1, type(e).__name__, str(e).strip()[:120]))
         return row
     client = NotebookClient(nb, timeout=limit_s, kernel_name='python3', allow_errors=True,
+                            record_timing=False,  # no timestamps in saved notebooks' metadata
                             resources={'metadata': {'path': str(path.parent)}})
     client.km = client.create_kernel_manager()
     start, log = time.time(), tempfile.TemporaryFile('w+')  # the kernel's own stderr (C++ logs)

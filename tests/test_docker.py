@@ -195,6 +195,21 @@ def test_entrypoint_installs_the_checkout_once(world):
     assert (startup / '00-tunix-agentic-autoreload.py').exists()
 
 
+def test_vscode_kernel_in_workspace_moves_to_the_checkout(world):
+    "VS Code's existing-server kernel starts in /workspace: the installed startup file moves it."
+    assert _entry(world, 'true').returncode == 0  # installs the checkout and the startup file
+    startup = world['tmp'] / 'root' / '.ipython' / 'profile_default' / 'startup'
+    probe = ('import os, types; magics = []\n'
+             'ip = types.SimpleNamespace(run_line_magic=lambda *a: magics.append(a))\n'
+             'get_ipython = lambda: ip\n'
+             f'exec(open({str(startup / "00-tunix-agentic-autoreload.py")!r}).read())\n'
+             'print(os.getcwd(), magics[-1])')
+    r = subprocess.run([world['python'], '-c', probe], cwd=world['workspace'], capture_output=True,
+                       text=True, env=world['env'])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"{world['checkout']} ('autoreload', '2')", r.stdout
+
+
 def test_entrypoint_reinstalls_when_another_checkout_is_installed(world):
     "An editable install of some other folder (an old clone) does not count as this checkout."
     other = world['tmp'] / 'old_clone'
