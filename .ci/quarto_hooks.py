@@ -14,8 +14,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER_PAGE = '12_reference/docker.md'
 _SOURCE_LINK = re.compile(r'\[source\]\((?:\.\./|/)*blob/[^)]*\)(?:\{[^}]*\})?')
+# show_doc's signature: the code block right after a heading
 SIGNATURE = re.compile(r'(</h[34]>\s*<div class="sourceCode" id="cb\d+"><pre[^>]*><code[^>]*>)'
-                       r'(.*?)(</code>)', re.S)  # show_doc's signature: a code block after a heading
+                       r'(.*?)(</code>)', re.S)
 COMMENT = re.compile(r'(<span class="co">)([^<]*)(</span>)')
 _DOC_LINK = re.compile(r'\[(`[^`\]]+`)\]\((?![a-z]+:)[^)\s]*\.html[^)\s]*\)')  # [`N`](./x.html#n)
 
