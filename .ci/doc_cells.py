@@ -1,23 +1,15 @@
-"""The cells nbdev's docs processing executes (`nbdev_docs`, `nbdev_proc_nbs`), and which of them
-are not import-only, exported or `show_doc` cells: those run without the example cells above them.
+"""Static checks of the cells nbdev's docs processing executes (`nbdev_docs`, `nbdev_proc_nbs`).
 
-    python .ci/doc_cells.py                  list, per notebook, executed cells that mix an import
-                                             with code using a name no executed cell defines
-                                             (exit 1 if any): two seconds, runs nothing
-    python .ci/doc_cells.py --run [NB ...]   execute what nbdev executes, one fresh process per
-                                             notebook, and list every cell that fails (not only the
-                                             first, as nbdev_docs does)
-    python .ci/doc_cells.py --signatures     every exported name whose signature show_doc cannot
-                                             read (it evaluates annotations: a name the module does
-                                             not define raises NameError, which it does not catch)
+    python .ci/doc_cells.py               executed cells that mix an import with code using a
+                                          name no executed cell defines (exit 1 if any): 2 s
+    python .ci/doc_cells.py --signatures  exported names whose signature show_doc cannot read
 
-nbdev's rule (`nbdev.processors._do_eval`, applied by `exec_show_docs` to every notebook that has an
-exported cell or a `show_doc`): a code cell runs if it is exported (`export`, `exports`, `exporti`,
-`exec_doc`), calls `show_doc`, or contains an import anywhere in it (inside a `def` too), unless it
-says `#| eval: false`. `#| hide` and the test flags (`#| slow`) do not stop it. So an example cell
-that imports something runs without the cells before it that it needs; the house way is an
-import-only cell (the notebook's import cell, or one just above)."""
-import ast, os, subprocess, sys
+Why: nbdev runs a cell at docs time if it is exported, calls `show_doc`, or contains an import
+(`nbdev.processors._do_eval`), without the example cells above it; and show_doc evaluates
+annotations, raising NameError for a name its module lacks. Both fail only in the (minutes-long)
+docs build, which CI does not run; these find them in seconds. To run the cells as nbdev does,
+use `nbdev_proc_nbs`."""
+import ast, os, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,47 +68,35 @@ def _kind(cell) -> str:
     return 'mixed'
 
 
-def _processor(run: bool, found: list):
-    "nbdev's docs processors, with exec_show_docs recording (and with `run`, running) its cells."
+def _processor(found: list):
+    "nbdev's docs processors, with exec_show_docs recording (not running) the cells it would run."
+    import builtins
     import nbdev.processors as P
     class exec_recorded(P.exec_show_docs):
-        def begin(self):
-            if run: super().begin()
-            else: self.k, self.known = None, set()
+        def begin(self): self.known = set()
+        def end(self): pass
         def __call__(self, cell):
             if not self.nb.has_docs_: return
             if P.str2bool(getattr(self.nb, 'frontmatter_', {}).get('skip_showdoc', False)): return
             if not P._do_eval(cell): return
-            kind = _kind(cell)
-            if not run:
-                trees = cell.parsed_()
-                gone = _unresolved(trees, self.known) if kind == 'mixed' else []
-                if gone: found.append((cell.idx_, kind, cell.source, f'uses {", ".join(gone)}'))
-                for t in trees: self.known |= _bound(t)
-                if cell.directives_.keys() & {'export', 'exports', 'exec_doc'}:  # then show_doc
-                    import builtins
-                    late = sorted(_annotation_names(trees) - self.known - set(dir(builtins)))
-                    if late and '*' not in self.known:
-                        found.append((cell.idx_, 'annotation', cell.source,
-                                      f'annotations name {", ".join(late)}, undefined when '
-                                      'show_doc runs (defined later or never)'))
-                return
-            self.k.cell(cell)
-            if self.k.exc:
-                exc = self.k.exc[1] if isinstance(self.k.exc, tuple) else self.k.exc
-                found.append((cell.idx_, kind, cell.source, f'{type(exc).__name__}: {exc}'))
-                self.k.exc = None
-        def end(self):
-            if run: super().end()
-    procs = [exec_recorded if p is P.exec_show_docs else p for p in P.FilterDefaults().procs()]
-    return procs
+            trees, kind = cell.parsed_(), _kind(cell)
+            gone = _unresolved(trees, self.known) if kind == 'mixed' else []
+            if gone: found.append((cell.idx_, kind, cell.source, f'uses {", ".join(gone)}'))
+            for t in trees: self.known |= _bound(t)
+            if cell.directives_.keys() & {'export', 'exports', 'exec_doc'}:  # then show_doc
+                late = sorted(_annotation_names(trees) - self.known - set(dir(builtins)))
+                if late and '*' not in self.known:
+                    found.append((cell.idx_, 'annotation', cell.source,
+                                  f'annotations name {", ".join(late)}, undefined when '
+                                  'show_doc runs (defined later or never)'))
+    return [exec_recorded if p is P.exec_show_docs else p for p in P.FilterDefaults().procs()]
 
 
-def check(nb_path: Path, run: bool = False) -> list:
-    "(cell index, kind, source, error) for each offending cell of the notebook at `nb_path`."
+def check(nb_path: Path) -> list:
+    "(cell index, kind, source, problem) for each offending cell of the notebook at `nb_path`."
     from nbdev.process import NBProcessor
     found = []
-    NBProcessor(nb_path, procs=_processor(run, found), process=True)
+    NBProcessor(nb_path, procs=_processor(found), process=True)
     return found
 
 
@@ -160,28 +140,17 @@ def main(argv: list[str]) -> int:
         bad = bad_signatures()
         print(*bad, f'{len(bad)} exported names whose signature show_doc cannot read', sep='\n')
         return min(len(bad), 1)
-    run = '--run' in argv
-    paths = [Path(a).resolve() for a in argv if a != '--run'] or notebooks()
-    if run and len(paths) > 1:  # one process per notebook, as nbdev's spawned workers
-        bad = 0
-        for p in paths:
-            r = subprocess.run([sys.executable, __file__, '--run', str(p)], cwd=ROOT)
-            bad += r.returncode != 0
-        print(f'{len(paths)} notebooks run, {bad} with failing cells')
-        return min(bad, 1)
-    os.chdir(ROOT)  # nbdev_docs runs the cells from the project root
-    os.environ['IN_TEST'] = '1'
+    paths = [Path(a).resolve() for a in argv] or notebooks()
+    os.chdir(ROOT)
     total = 0
     for p in paths:
-        found = check(p, run)
+        found = check(p)
         total += len(found)
         for idx, kind, src, err in found:
             first = next((l for l in src.splitlines() if l.strip() and not l.startswith('#|')), '')
-            print(f'{p.relative_to(ROOT)} cell {idx} ({kind}): {first[:70]}'
-                  + (f'\n    {err[:300]}' if err else ''))
-    if not run:
-        print(f'{len(paths)} notebooks, {total} cells that nbdev_docs runs and that use a name '
-              'only an unexecuted cell defines')
+            print(f'{p.relative_to(ROOT)} cell {idx} ({kind}): {first[:70]}\n    {err[:300]}')
+    print(f'{len(paths)} notebooks, {total} cells that nbdev_docs runs and that use a name '
+          'only an unexecuted cell defines')
     return min(total, 1)
 
 

@@ -8,7 +8,7 @@
 # Deno dependency (later releases fetch them from deno.land/jsr.io at configure time). PREFIX
 # (default ~/.cache/quarto-offline) receives the tools and bin/quarto, a wrapper that runs
 # src/quarto.ts on Deno from PyPI (`deno`), with pandoc from PyPI (`pypandoc-binary`) and
-# dart-sass and esbuild from npm. Then: PATH=PREFIX/bin:$PATH python .ci/docs.py --check
+# dart-sass and esbuild from npm. Then: PATH=PREFIX/bin:$PATH python .ci/docs.py
 # Only HTML is rendered this way (no typst, no deno_dom native plugin: deno_dom's wasm build).
 set -euo pipefail
 SRC=$(cd "${1:?usage: quarto_offline.sh QUARTO_SRC [PREFIX]}" && pwd)

@@ -14,10 +14,15 @@ time limit. Prints a table (seconds, cells run, skipped, error cells, largest ou
 on any error cell, a notebook over its time limit, or a cell output over the size limit (a wall of
 warnings).
 
+With `--save DIR` (the docs build, .ci/docs.py) the executed notebooks are written there, each
+widget output replaced by static HTML drawn from the widget's saved state: a docs page has no
+kernel and no widget JavaScript, so the stepper's strip and chat and the viewer's plots would
+otherwise show as `VBox(...)` (nbclient stores the state; neither nbdev nor Quarto draws it).
+
 Usage: python .ci/run_notebooks.py [PATH_OR_GLOB ...] [--workers 2] [--save DIR] [--limit-s 300]
                                    [--flags slow]
 """
-import argparse, configparser, os, re, sys, tempfile, time
+import argparse, configparser, html, os, re, sys, tempfile, time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -69,6 +74,44 @@ def output_text(cell) -> str:
     return ''.join(parts)
 
 
+def widget_html(state: dict, model_id: str) -> str:
+    "A widget drawn as static HTML from nbclient's saved state: HTML as is, boxes as flex rows."
+    s = state.get(model_id.removeprefix('IPY_MODEL_'), {})
+    layout = state.get(str(s.get('layout', '')).removeprefix('IPY_MODEL_'), {})
+    if layout.get('display') == 'none' or layout.get('visibility') == 'hidden': return ''
+    name, value, label = s.get('_model_name', ''), s.get('value'), s.get('description', '')
+    if name in ('HTMLModel', 'HTMLMathModel'): return str(value or '')
+    if name == 'OutputModel': return ''.join(output_html(o) for o in s.get('outputs', []))
+    if 'children' in s:
+        side = 'row' if name == 'HBoxModel' else 'column'
+        kids = ''.join(widget_html(state, c) for c in s['children'])
+        style = f'display:flex;flex-direction:{side};flex-wrap:wrap;gap:6px'
+        return f'<div style="{style}">{kids}</div>'
+    if name in ('ButtonModel', 'ToggleButtonModel'):
+        return f'<button disabled>{html.escape(label)}</button>'
+    if s.get('_options_labels') and isinstance(s.get('index'), int):
+        value = s['_options_labels'][s['index']]
+    if not label and value in (None, ''): return ''
+    return f'<span>{html.escape(label)} <code>{html.escape(str(value))}</code></span>'
+
+
+def output_html(o) -> str:
+    "One output of an Output widget as HTML (images inline)."
+    data = o.get('data', {})
+    if 'image/png' in data: return f'<img src="data:image/png;base64,{data["image/png"]}">'
+    if 'text/html' in data: return data['text/html']
+    text = o.get('text') or data.get('text/plain', '')
+    return f'<pre>{html.escape(text)}</pre>' if text else ''
+
+
+def static_widgets(nb, state: dict):
+    "Replace each widget output of `nb` by its static HTML."
+    for cell in nb.cells:
+        for o in cell.get('outputs', []):
+            view = o.get('data', {}).get('application/vnd.jupyter.widget-view+json')
+            if view: o['data'] = {'text/html': widget_html(state, view['model_id'])}
+
+
 def kernel_env() -> dict[str, str]:
     "The kernel imports the package from this checkout and runs JAX on the CPU, as CI does."
     env = dict(os.environ)
@@ -92,6 +135,7 @@ def run_one(path: Path, limit_s: float, save: Path | None, run_flags: set[str]) 
         row['errors'].append((-1, type(e).__name__, str(e).strip()[:120]))
         return row
     client = NotebookClient(nb, timeout=limit_s, kernel_name='python3', allow_errors=True,
+                            record_timing=False,  # no timestamps in saved notebooks' metadata
                             resources={'metadata': {'path': str(path.parent)}})
     client.km = client.create_kernel_manager()
     start, log = time.time(), tempfile.TemporaryFile('w+')  # the kernel's own stderr (C++ logs)
@@ -126,6 +170,7 @@ def run_one(path: Path, limit_s: float, save: Path | None, run_flags: set[str]) 
     log.close()
     row['seconds'] = time.time() - start
     if save:
+        static_widgets(nb, client.widget_state)
         out = save / path.relative_to(NBS)
         out.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, out)

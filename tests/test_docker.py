@@ -108,6 +108,23 @@ def test_autoreload_startup_file_turns_autoreload_on(tmp_path):
     assert r.stdout.split()[-2:] == ['True', 'True'], r.stdout + r.stderr
 
 
+@pytest.mark.parametrize('start', ['outside', 'notebook_folder'])
+def test_startup_file_starts_a_kernel_outside_the_checkout_in_it(tmp_path, start):
+    "A kernel started outside a checkout (VS Code's existing-server kernels) moves into it."
+    startup = tmp_path / 'ipy' / 'profile_default' / 'startup'
+    startup.mkdir(parents=True)
+    shutil.copy(DOCKER / '00-tunix-agentic-autoreload.py', startup)
+    cwd = tmp_path if start == 'outside' else ROOT / 'nbs' / '11_tutorials'
+    probe = ('import os; from nbdev.config import get_config; '
+             'print(os.getcwd(), get_config().config_path)')
+    r = subprocess.run([str(BIN / 'ipython'), '--no-banner', '-c', probe], cwd=cwd,
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, 'IPYTHONDIR': str(tmp_path / 'ipy'),
+                            'PYTHONPATH': str(ROOT)})
+    want = [str(ROOT if start == 'outside' else cwd), str(ROOT)]  # nbdev finds settings.ini
+    assert r.stdout.split()[-2:] == want, r.stdout + r.stderr
+
+
 # --- the entrypoint against a simulated /workspace ------------------------------------------------
 
 @pytest.fixture
@@ -176,6 +193,21 @@ def test_entrypoint_installs_the_checkout_once(world):
     assert second.stdout == first.stdout
     startup = world['tmp'] / 'root' / '.ipython' / 'profile_default' / 'startup'
     assert (startup / '00-tunix-agentic-autoreload.py').exists()
+
+
+def test_vscode_kernel_in_workspace_moves_to_the_checkout(world):
+    "VS Code's existing-server kernel starts in /workspace: the installed startup file moves it."
+    assert _entry(world, 'true').returncode == 0  # installs the checkout and the startup file
+    startup = world['tmp'] / 'root' / '.ipython' / 'profile_default' / 'startup'
+    probe = ('import os, types; magics = []\n'
+             'ip = types.SimpleNamespace(run_line_magic=lambda *a: magics.append(a))\n'
+             'get_ipython = lambda: ip\n'
+             f'exec(open({str(startup / "00-tunix-agentic-autoreload.py")!r}).read())\n'
+             'print(os.getcwd(), magics[-1])')
+    r = subprocess.run([world['python'], '-c', probe], cwd=world['workspace'], capture_output=True,
+                       text=True, env=world['env'])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"{world['checkout']} ('autoreload', '2')", r.stdout
 
 
 def test_entrypoint_reinstalls_when_another_checkout_is_installed(world):

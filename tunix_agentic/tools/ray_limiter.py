@@ -294,7 +294,11 @@ async def slot(self: RayRateLimiter, tool_name: str | None = None):
     "Hold one slot for the body; released on return, exception, timeout and cancellation."
     lease = await self._lease()
     try: yield self
-    finally: self._free(lease)
+    finally:
+        _Heartbeat.of(self).discard(lease)
+        # awaited: when the body's caller resumes, the actor already counts the slot as free
+        try: await self._handle().release.remote(lease)
+        except Exception as e: _log.warning('%s: releasing %s failed: %r', self.name, lease, e)
 
 # %% ../../nbs/01_tools/03_ray_limiter.ipynb #72f2b58f
 @patch
