@@ -1207,6 +1207,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                              'tunix_agentic/learn/loop.py'),
                                           'tunix_agentic.learn.loop.MetricSinks.close': ( '07_learn/loop.html#metricsinks.close',
                                                                                           'tunix_agentic/learn/loop.py'),
+                                          'tunix_agentic.learn.loop.MetricSinks.flush': ( '07_learn/loop.html#metricsinks.flush',
+                                                                                          'tunix_agentic/learn/loop.py'),
                                           'tunix_agentic.learn.loop.MetricSinks.write': ( '07_learn/loop.html#metricsinks.write',
                                                                                           'tunix_agentic/learn/loop.py'),
                                           'tunix_agentic.learn.loop.OnlineLoop': ( '07_learn/loop.html#onlineloop',

@@ -83,7 +83,11 @@ class MetricSinks:
         if tensorboard:
             try: from tensorboardX import SummaryWriter
             except ImportError: _log.info('tensorboardX is not installed; no TensorBoard events')
-            else: self.tb = SummaryWriter(str(Path(out) / 'tb'), flush_secs=10)
+            else:
+                self._tb_files = 0  # a new events file per writer (its name has whole seconds)
+                self._new_tb = lambda: SummaryWriter(str(Path(out) / 'tb'), flush_secs=10,
+                                                     filename_suffix=f'.{self._tb_files}')
+                self.tb = self._new_tb()
         if wandb_project:
             try: import wandb
             except ImportError:
@@ -104,6 +108,13 @@ class MetricSinks:
                 self.wandb.define_metric(f'{prefix}*', step_metric=f'{prefix}step')
                 self._axes.add(prefix)
             self.wandb.log({**nums, prefix + 'step': step})
+
+    def flush(self):
+        "Put TensorBoard's queued events on disk (a checkpoint does, so a kill loses none)."
+        if self.tb is None: return
+        self.tb.close()  # tensorboardX's own flush leaves its queue unwritten; close drains it
+        self._tb_files += 1
+        self.tb = self._new_tb()
 
     def close(self):
         if self.tb is not None: self.tb.close()
@@ -245,6 +256,7 @@ def load_state_dict(self: OnlineLoop, d: dict):
 @patch
 def save_checkpoint(self: OnlineLoop) -> Path:
     "An orbax checkpoint of the learner at its step, with the loop's state beside it."
+    if self.sinks is not None: self.sinks.flush()  # what a resume skips is on disk first
     d = self.trainer.save(self.out / 'checkpoints', max_to_keep=self.cfg.keep_checkpoints)
     (d.parent / f'loop_{self.trainer.step}.json').write_text(json.dumps(self.state_dict()))
     return d
