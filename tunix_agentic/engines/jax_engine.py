@@ -244,12 +244,11 @@ def _keep_past(self: JaxEngine, full: list[list[int]], out_t, length, kept):
 # %% ../../nbs/05_engines/02_jax_engine.ipynb #7cafb0db
 @patch
 def _run_batch(self: JaxEngine, prompts: list[list[int]], params: list[SamplingParams]):
-    c, n = self.config, len(prompts)
+    c, n, vocab = self.config, len(prompts), self.cfg.vocab_size
     if any(len(p) == 0 for p in prompts):
         raise ValueError('generate: empty prompt; expected >= 1 id')
-    bad = [t for p in prompts for t in p if not 0 <= t < self.cfg.vocab_size]
-    if bad:
-        raise ValueError(f'generate: token id {bad[0]} outside vocab [0, {self.cfg.vocab_size})')
+    bad = [t for p in prompts for t in p if not 0 <= t < vocab]
+    if bad: raise ValueError(f'generate: token id {bad[0]} outside vocab [0, {vocab})')
     b = min(_bucket(n, c.min_batch_bucket), c.max_batch)
     graphdef, state = self._params()
     full, hits = prompts, _take_past(self, state, prompts)
@@ -265,11 +264,12 @@ def _run_batch(self: JaxEngine, prompts: list[list[int]], params: list[SamplingP
     stops = np.full((b, k), -1, np.int32)
     for i, (pr, sp) in enumerate(zip(prompts, params)):
         toks[i, p - len(pr):], mask[i, p - len(pr):] = pr, 1
-        stops[i, :len(sp.stop_token_ids)] = sp.stop_token_ids
+        ids = [t if 0 <= t < vocab else -1 for t in sp.stop_token_ids]  # others never sampled
+        stops[i, :len(ids)] = ids
     mask[n:, -1] = 1  # padding rows: one dummy token
     pad = [SamplingParams(temperature=0.0, max_new_tokens=1)] * (b - n)
-    ps = list(params) + pad
-    seeds = [sp.seed if sp.seed is not None else int(self._rng.integers(2**31)) for sp in ps]
+    ps = [sp.replace(top_k=0) if sp.top_k >= vocab else sp for sp in params] + pad
+    seeds = [int(self._rng.integers(2**31)) if s.seed is None else s.seed % (1 << 63) for s in ps]
     keys = jnp.stack([jax.random.key_data(jax.random.key(s)) for s in seeds])
     keys = jax.random.wrap_key_data(keys)
     use_filter = any(sp.temperature > 0 and (sp.top_k > 0 or sp.top_p < 1) for sp in ps)
