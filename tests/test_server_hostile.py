@@ -1,8 +1,8 @@
 """Issue 43's server attacks, each pinned: a request's bad sampling parameter or engine failure
 confined to that request; prompt text bounded before the tokenizer; rollout ids scoped to the caller
 and bound to the body; callback answers bounded in bytes, time and encoding; abandoned rollouts
-cancelled and `timeout_s` capped; slow heads and bodies closed on every request of a connection,
-idle kept-alive connections and oversized heads too;
+cancelled (or kept and held against a per-caller quota) and `timeout_s` capped; slow heads and
+bodies closed on every request of a connection, idle kept-alive connections and oversized heads too;
 OpenAI fields implemented (`stop`) or refused; strict schemas, `/generate` validated like chat, and
 keyless servers that answer only JSON addressed to loopback; `RemoteCollector` checking answers."""
 import asyncio, gzip, json, socket, threading, time
@@ -66,6 +66,23 @@ def test_a_huge_top_k_is_refused_and_a_bad_request_fails_alone(tok):
     assert max(eng.batcher.batch_sizes) > 1  # they did share a batch
     assert codes.count(200) == 7 and codes[3] == 500, codes
 
+
+
+@pytest.mark.timeout(120)
+def test_the_jax_engine_itself_holds_top_k_stop_ids_and_seeds_to_what_it_can_do():
+    "Past the servers: a huge top_k (off), stop id (dropped) or seed (mod 2**63) fails no batch."
+    from flax import nnx
+    from tunix_agentic.engines.engine import SamplingParams
+    from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
+    from tunix_agentic.models.qwen2 import ModelConfig, Qwen2
+    eng = JaxEngine(Qwen2(ModelConfig.tiny(), rngs=nnx.Rngs(0)), config=JaxEngineConfig.tiny())
+    wild = SamplingParams(top_k=2 ** 40, stop_token_ids=(2 ** 40, -2 ** 40), seed=2 ** 70 + 7,
+                          max_new_tokens=6)
+    same = SamplingParams(top_k=0, seed=(2 ** 70 + 7) % (1 << 63), max_new_tokens=6)
+    outs = eng.generate([[1, 2, 3], [1, 2, 3], [4, 5]],
+                        [wild, same, SamplingParams(seed=1, max_new_tokens=6)])
+    assert outs[0].token_ids == outs[1].token_ids and len(outs[0].token_ids) == 6, outs
+    assert len(outs[2].token_ids) == 6 and outs[2].finish_reason == 'length', outs
 
 # ---- text bounded before tokenizing ----
 @pytest.mark.timeout(60)
@@ -192,6 +209,37 @@ def test_abandoned_rollouts_are_cancelled_and_timeouts_capped(tok):
         srv.close()
         eng.close()
 
+
+
+@pytest.mark.timeout(90)
+def test_a_caller_holds_at_most_its_quota_of_rollouts(tok):
+    "Kept rollouts of a caller that left count against it: its next one is a 429, others run."
+    slow = EngineServer(Slow(tok, [SCRIPT[0]] * 50), tok).start()
+    fast = EngineServer(ScriptedEngine(tok, SCRIPT), tok).start()
+    srv = rollout_server(on_disconnect='keep', max_rollouts_per_caller=2, max_timeout_s=3.0)
+    post = lambda b, t=30: httpx.post(srv.url + '/rollout', json=b, timeout=t)
+    try:
+        for i in range(2):  # post and leave: kept, and held against this caller
+            with pytest.raises(httpx.ReadTimeout):
+                post(body(f'kept{i}', slow.url, max_turns=50), 0.2)
+        r = post(body('third', slow.url))
+        assert r.status_code == 429 and r.headers['retry-after'] == '1', r.text
+        assert 'max_rollouts_per_caller=2' in r.json()['error']['message'], r.text
+        other = post(body('other', fast.url))  # another caller: its own quota
+        assert other.status_code == 200 and other.json()['status'] == 'COMPLETED', other.text
+        joined = post(body('kept0', slow.url, max_turns=50))  # a retry joins, never counted
+        assert joined.status_code == 200 and 'exceeded 3.0 s' in joined.json()['error_message']
+        t0 = time.monotonic()
+        while httpx.get(srv.url + '/health').json()['active_rollouts']:
+            assert time.monotonic() - t0 < 20
+            time.sleep(0.1)
+        assert post(body('third', slow.url)).status_code == 200  # ended ones are free again
+        metrics = httpx.get(srv.url + '/metrics').text
+        assert 'rollouts_rejected_total{reason="caller_quota"} 1.0' in metrics, metrics
+    finally:
+        srv.close()
+        slow.close()
+        fast.close()
 
 # ---- slow heads and bodies ----
 @pytest.mark.timeout(60)

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/09_serve/00a_rollout_server.ipynb #5faf282b
 from __future__ import annotations
-import asyncio, functools, hashlib, logging, socket, time
+import asyncio, collections, functools, hashlib, logging, socket, time
 from typing import Any
 import uvicorn
 import prometheus_client as prom
@@ -59,7 +59,12 @@ def _rollout_app(srv: RolloutServer) -> FastAPI:
             msg = (f'{gate.active} rollouts running and {gate.waiting} queued '
                    f'(max_queued_rollouts={s.max_queued_rollouts}); retry later')
             return error_response(429, msg, {'Retry-After': str(s.retry_after_s)})
+        if key not in gate.tasks and (msg := srv.over_quota(key)):
+            srv.m_rejected.labels('caller_quota').inc()
+            return error_response(429, msg, {'Retry-After': str(s.retry_after_s)})
+        new = key not in gate.tasks
         task = gate.submit(key, lambda: srv.run(req), digest)
+        if new: srv.hold(key, task)
         resp = await gate.wait(key, task, request, s.on_disconnect == 'cancel')
         if resp is None: return error_response(400, 'the client went away')
         return Response(resp.model_dump_json(), media_type='application/json')
@@ -85,6 +90,9 @@ class RolloutServer:
         self.tokenizers = tokenizers or TokenizerCache(s.tokenizer_cache_size, loader)
         self.gate = OnceGate(s.max_concurrent_rollouts, s.max_queued_rollouts, s.result_keep_s,
                              keep_max=max(1000, 4 * s.max_concurrent_rollouts))  # bounded memory
+        self.held: collections.Counter = collections.Counter()  # rollouts held per caller
+        self.per_caller = (s.max_rollouts_per_caller  # default: every slot, half the queue
+                           or s.max_concurrent_rollouts + s.max_queued_rollouts // 2)
         self._managers: dict[tuple, ToolManager] = {}
         self._clients: ClientPool | None = None
         r = self.registry = prom.CollectorRegistry()
@@ -138,6 +146,25 @@ def scoped_id(req: RolloutRequest) -> tuple[str, str]:
     try: body = req.model_dump_json().encode()
     except ValueError: raise HTTPException(422, 'a string is not valid Unicode') from None
     return f'{caller[:16]}:{req.rollout_id}', h(body)
+
+# %% ../../nbs/09_serve/00a_rollout_server.ipynb #c4a7e2b2
+@patch
+def hold(self: RolloutServer, key: str, task: asyncio.Task):
+    "Count `task` against its caller (`key`'s scope) until it ends."
+    caller = key.split(':', 1)[0]
+    self.held[caller] += 1
+    def done(_):
+        self.held[caller] -= 1
+        if self.held[caller] <= 0: del self.held[caller]
+    task.add_done_callback(done)
+
+@patch
+def over_quota(self: RolloutServer, key: str) -> str | None:
+    "Why `key`'s caller may not start another rollout now, or None."
+    n = self.held[key.split(':', 1)[0]]
+    if n < self.per_caller: return None
+    return (f'this caller (its server_url and callback key) has {n} rollouts running or queued '
+            f'(max_rollouts_per_caller={self.per_caller}); retry when one has ended')
 
 # %% ../../nbs/09_serve/00a_rollout_server.ipynb #36b69310
 @patch

@@ -43,6 +43,7 @@ class RolloutSettings(BaseModel):
     max_queued_rollouts: int = Field(1024, ge=0)  # FIFO waiting room; 429 only when it is full
     result_keep_s: float = Field(600.0, ge=0)  # a finished rollout_id's answer, for retries
     on_disconnect: Literal['keep', 'cancel'] = 'cancel'  # a rollout whose client left
+    max_rollouts_per_caller: int | None = Field(None, ge=1)  # held by one caller (below)
     max_timeout_s: float = Field(600.0, gt=0)  # a request's timeout_s is capped to this
     callback_timeout_s: float = Field(120.0, gt=0)  # one callback, its whole answer read
     max_callback_bytes: int = Field(8 << 20, ge=1024)  # one callback answer's bytes
