@@ -49,6 +49,8 @@ fi
 # stay theirs. AS_ROOT=1 keeps root.
 run_as=()
 home=${HOME:-/root}
+owner_uid=0
+owner_gid=0
 if [ "$(id -u)" = 0 ] && [ -n "${HOST_UID:-}" ] && [ "${HOST_UID}" != 0 ] \
         && [ "${AS_ROOT:-0}" != 1 ]; then
     gid=${HOST_GID:-$HOST_UID}
@@ -64,7 +66,23 @@ if [ "$(id -u)" = 0 ] && [ -n "${HOST_UID:-}" ] && [ "${HOST_UID}" != 0 ] \
         if [ -e "$made" ]; then chown -R "$HOST_UID:$gid" "$made"; fi
     done
     run_as=(setpriv "--reuid=$HOST_UID" "--regid=$gid" --init-groups --)
+    owner_uid=$HOST_UID
+    owner_gid=$gid
     export HOME="$home" USER="$user"
+fi
+
+# A cgroup of the runtime's own, delegated to its user, so the code sandbox can bound each call's
+# memory. In the container's cgroup namespace every process starts in the root cgroup, which hands
+# no controller to child groups while it holds processes: the sandbox's default isolation refused.
+# Here the others move to init/, and this shell (then the runtime it becomes) to tunix/runtime.
+if [ "$(id -u)" = 0 ]; then
+    if made=$("$PYTHON" "$helper" delegate "${CGROUP_ROOT:-/sys/fs/cgroup}" "$$" \
+            "$owner_uid" "$owner_gid" 2>&1); then
+        say "$made"
+    else
+        say "no cgroup for the code sandbox ($made): its default isolation will refuse to run" \
+            "code; docker/run.sh's --privileged gives a writable one"
+    fi
 fi
 
 # autoreload in every IPython kernel of this user, from an IPython startup file

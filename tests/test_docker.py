@@ -157,7 +157,8 @@ def world(tmp_path):
     env = {'PATH': os.environ['PATH'], 'PROJECT_DIR': str(checkout),
            'TUNIX_AGENTIC_HOME': str(home),
            'PYTHON': str(venv / 'bin' / 'python'), 'HOME': str(tmp_path / 'root'),
-           'PIP_NO_INDEX': '1', 'PIP_DISABLE_PIP_VERSION_CHECK': '1'}
+           'PIP_NO_INDEX': '1', 'PIP_DISABLE_PIP_VERSION_CHECK': '1',
+           'CGROUP_ROOT': str(tmp_path / 'no_cgroup')}  # never this machine's cgroups
     return dict(python=str(venv / 'bin' / 'python'), checkout=checkout, workspace=checkout.parent,
                 env=env, tmp=tmp_path)
 
@@ -228,8 +229,8 @@ def test_entrypoint_refuses_a_missing_checkout(world):
     assert r.returncode == 1 and 'no checkout at' in r.stderr
 
 
-def test_entrypoint_runs_as_the_host_user(world):
-    "With HOST_UID/HOST_GID a user is made, and the command runs under setpriv with those ids."
+def _as_host_user(world) -> tuple[dict, Path, Path]:
+    "Fake root `id`, user tools and `setpriv` (they log their calls); `(env, log, user's home)`."
     fake = world['tmp'] / 'fakebin'
     fake.mkdir()
     log = world['tmp'] / 'calls.log'
@@ -250,6 +251,12 @@ def test_entrypoint_runs_as_the_host_user(world):
         (fake / name).chmod(0o755)
     env = {'PATH': f'{fake}{os.pathsep}{os.environ["PATH"]}',
            'HOST_UID': '4242', 'HOST_GID': '4343'}
+    return env, log, user_home
+
+
+def test_entrypoint_runs_as_the_host_user(world):
+    "With HOST_UID/HOST_GID a user is made, and the command runs under setpriv with those ids."
+    env, log, user_home = _as_host_user(world)
     r = _entry(world, 'bash', '-c', 'echo "$HOME $USER"', env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f'{user_home} tunix'
@@ -261,3 +268,86 @@ def test_entrypoint_runs_as_the_host_user(world):
     assert (startup / '00-tunix-agentic-autoreload.py').exists()
     again = _entry(world, 'true', env={**env, 'AS_ROOT': '1'})
     assert again.returncode == 0 and log.read_text().count('setpriv') == 1
+
+
+# --- a cgroup for the code sandbox, against a simulated cgroup file system ---------------------
+
+def _cgroup2(root: Path, procs=('1', '7')) -> Path:
+    "cgroup v2 as a container's cgroup namespace shows it: every process in the root."
+    root.mkdir()
+    (root / 'cgroup.controllers').write_text('cpuset cpu io memory pids\n')
+    (root / 'cgroup.subtree_control').write_text('')
+    (root / 'cgroup.procs').write_text(''.join(f'{p}\n' for p in procs))
+    return root
+
+
+def test_delegate_cgroup_v2(tmp_path, monkeypatch):
+    "The others move to init/, the root hands memory and pids down, tunix/ is the user's, marked."
+    root = _cgroup2(tmp_path / 'cg')
+    calls = []
+    monkeypatch.setattr(container.os, 'chown', lambda p, u, g: calls.append(
+        ('chown', Path(p).relative_to(root).as_posix(), u, g)))
+    monkeypatch.setattr(container.os, 'setxattr', lambda p, k, v: calls.append(
+        ('setxattr', Path(p).relative_to(root).as_posix(), k, v)))
+    said = container.delegate_cgroup(str(root), 4321, 4242, 4343)
+    assert said == f'cgroup {root}/tunix delegated to uid 4242 (+memory +pids)'
+    assert (root / 'init' / 'cgroup.procs').read_text() == '1\n7\n'
+    assert (root / 'cgroup.subtree_control').read_text() == '+memory +pids'
+    assert (root / 'tunix' / 'cgroup.subtree_control').read_text() == '+memory +pids'
+    assert (root / 'tunix' / 'runtime' / 'cgroup.procs').read_text() == '4321\n'
+    assert calls == [('chown', 'tunix', 4242, 4343),
+                     ('chown', 'tunix/cgroup.subtree_control', 4242, 4343),
+                     ('chown', 'tunix/runtime', 4242, 4343),
+                     ('setxattr', 'tunix', 'trusted.delegate', b'1')]
+    (root / 'cgroup.subtree_control').write_text('memory pids')  # as the kernel shows it
+    container.delegate_cgroup(str(root), 4322, 4242, 4343)  # a restarted container: no move again
+    assert (root / 'init' / 'cgroup.procs').read_text() == '1\n7\n'
+    assert (root / 'tunix' / 'runtime' / 'cgroup.procs').read_text() == '4321\n4322\n'
+
+
+def test_delegate_cgroup_v1_and_refusals(tmp_path, monkeypatch):
+    "cgroup v1: tunix/ in the memory and pids hierarchies; no memory controller: SystemExit, why."
+    owned = []
+    monkeypatch.setattr(container.os, 'chown', lambda p, u, g: owned.append(Path(p).name))
+    v1 = tmp_path / 'v1'
+    for c in ('memory', 'pids', 'cpu'):
+        (v1 / c).mkdir(parents=True)
+        (v1 / c / 'cgroup.procs').write_text('1\n')
+    said = container.delegate_cgroup(str(v1), 55, 4242, 4343)
+    assert said == f'cgroups {v1}/memory/tunix, {v1}/pids/tunix delegated to uid 4242'
+    for c in ('memory', 'pids'):
+        assert (v1 / c / 'tunix' / 'runtime' / 'cgroup.procs').read_text() == '55\n'
+    assert not (v1 / 'cpu' / 'tunix').exists() and owned == ['tunix', 'runtime'] * 2
+    with pytest.raises(SystemExit, match='no cgroup hierarchy at'):
+        container.delegate_cgroup(str(tmp_path / 'none'), 55, 0, 0)
+    bare = _cgroup2(tmp_path / 'bare')
+    (bare / 'cgroup.controllers').write_text('cpu pids\n')
+    with pytest.raises(SystemExit, match='no memory controller'):
+        container.delegate_cgroup(str(bare), 55, 0, 0)
+
+
+SITE = """import os
+def _log(*a): open({log!r}, 'a').write(' '.join(map(str, a)) + '\\n')
+os.chown = lambda p, u, g, **k: _log('os.chown', p, u, g)
+os.setxattr = lambda p, k, v, *a, **kw: _log('os.setxattr', p, k, v)
+"""
+
+
+def test_entrypoint_delegates_a_cgroup_to_the_host_user(world):
+    "As root, before the switch: the runtime (this shell, exec'd) lands in the user's cgroup."
+    env, log, _ = _as_host_user(world)
+    root = _cgroup2(world['tmp'] / 'cg')
+    site = world['tmp'] / 'site'  # os.chown and os.setxattr logged, not done (not root here)
+    site.mkdir()
+    (site / 'sitecustomize.py').write_text(SITE.format(log=str(log)))
+    env = {**env, 'CGROUP_ROOT': str(root), 'PYTHONPATH': str(site)}
+    r = _entry(world, 'bash', '-c', 'echo $$', env=env)
+    assert r.returncode == 0, r.stderr
+    assert f'cgroup {root}/tunix delegated to uid 4242' in r.stderr
+    assert (root / 'tunix' / 'runtime' / 'cgroup.procs').read_text() == r.stdout
+    calls = log.read_text()
+    assert f'os.chown {root}/tunix 4242 4343' in calls
+    assert f"os.setxattr {root}/tunix trusted.delegate b'1'" in calls
+    assert calls.index('os.setxattr') < calls.index('setpriv')  # before the switch
+    bare = _entry(world, 'true', env={**env, 'CGROUP_ROOT': str(world['tmp'] / 'none')})
+    assert bare.returncode == 0 and 'no cgroup for the code sandbox' in bare.stderr, bare.stderr
