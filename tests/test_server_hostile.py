@@ -84,6 +84,7 @@ def test_the_jax_engine_itself_holds_top_k_stop_ids_and_seeds_to_what_it_can_do(
     assert outs[0].token_ids == outs[1].token_ids and len(outs[0].token_ids) == 6, outs
     assert len(outs[2].token_ids) == 6 and outs[2].finish_reason == 'length', outs
 
+
 # ---- text bounded before tokenizing ----
 @pytest.mark.timeout(60)
 def test_a_megabyte_of_text_is_refused_before_the_tokenizer(tok):
@@ -240,6 +241,7 @@ def test_a_caller_holds_at_most_its_quota_of_rollouts(tok):
         srv.close()
         slow.close()
         fast.close()
+
 
 # ---- slow heads and bodies ----
 @pytest.mark.timeout(60)
