@@ -2,17 +2,18 @@
 
 N rollouts are posted at C concurrent by callers of three kinds: honest callers, who wait for their
 answer (retrying a 429 after its Retry-After, and joining their own rollout on a retry); callers who
-post and leave after `--leave-after-s` (a share `--leave`); and one rollout whose callback trickles
-its answer a byte a second (a trainer that holds a slot). The trainer's engine is a scripted
-policy behind EngineServer in this process (two tool calls, then an answer); its records show how
-many times each rollout's first turn ran.
+post and leave after `--leave-after-s` (a share `--leave`, another tenant: their own callback key);
+and one rollout whose callback trickles its answer a byte a second (a trainer that holds a slot).
+The honest callers are one caller to the server (one trainer): `--per-caller` bounds what it holds.
+The trainer's engine is a scripted policy behind EngineServer in this process (two tool calls, then
+an answer); its records show how many times each rollout's first turn ran.
 
 Prints: honest rollouts lost (no COMPLETED answer) and duplicated (a first turn run twice), the
 honest callers' p50 / p99 latency, how the leavers' rollouts ended (cancelled ones never count as
 `stop`), how the trickling one ended, and the rollout server's peak RSS (VmHWM).
 
-Usage: python bench/hostile_load.py [--rollouts 200] [--concurrency 50] [--leave 0.2]
-                                    [--max-concurrent 32] [--callback-timeout-s 5]
+Usage: python bench/hostile_load.py [--rollouts 1000] [--concurrency 200] [--leave 0.2]
+                                    [--max-concurrent 32] [--per-caller N] [--callback-timeout-s 5]
 """
 import argparse, asyncio, os, random, re, statistics, subprocess, sys, time
 
@@ -68,9 +69,9 @@ def trickler() -> BackgroundServer:
     return BackgroundServer(app).start()
 
 
-def body(rid: str, url: str) -> dict:
+def body(rid: str, url: str, key: str | None = None) -> dict:
     return {'rollout_id': rid, 'server_url': url, 'max_turns': 5, 'timeout_s': 120,
-            'messages': [{'role': 'user', 'content': 'What is 12*34+5?'}],
+            'callback_api_key': key, 'messages': [{'role': 'user', 'content': 'What is 12*34+5?'}],
             'metadata': {'task': {'answer': '#### 413'}}}
 
 
@@ -104,7 +105,8 @@ async def drive(a, url: str, trainer: str, slow: str):
                     out['slow'] = await honest(client, url, body('slow', slow))
                 elif rng.random() < a.leave:
                     out['left'] += 1
-                    await leaver(client, url, body(f'left{i}', trainer), a.leave_after_s)
+                    await leaver(client, url, body(f'left{i}', trainer, 'leaver'),
+                                 a.leave_after_s)
                 else: out['honest'].append((f'h{i}', *await honest(client, url, body(f'h{i}',
                                                                                    trainer))))
         await asyncio.gather(*map(one, range(a.rollouts)))
@@ -113,11 +115,12 @@ async def drive(a, url: str, trainer: str, slow: str):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--rollouts', type=int, default=200)
-    p.add_argument('--concurrency', type=int, default=50)
+    p.add_argument('--rollouts', type=int, default=1000)
+    p.add_argument('--concurrency', type=int, default=200)
     p.add_argument('--leave', type=float, default=0.2)
     p.add_argument('--leave-after-s', type=float, default=0.05)
     p.add_argument('--max-concurrent', type=int, default=32)
+    p.add_argument('--per-caller', type=int, default=None)  # None: the server's default
     p.add_argument('--callback-timeout-s', type=float, default=5.0)
     a = p.parse_args()
     tok = build_tiny_tokenizer()
@@ -125,6 +128,7 @@ def main():
     slow = trickler()
     proc, url = spawn_rollout_server(MAX_CONCURRENT_ROLLOUTS=a.max_concurrent,
                                      MAX_QUEUED_ROLLOUTS=4 * a.max_concurrent,
+                                     ROLLOUT_MAX_ROLLOUTS_PER_CALLER=a.per_caller or '',
                                      ROLLOUT_CALLBACK_TIMEOUT_S=a.callback_timeout_s,
                                      ROLLOUT_TOOL_LATENCY_MS='10,100')
     try:
@@ -146,11 +150,14 @@ def main():
     dup = sum(n > 1 for n in firsts.values())
     lat = sorted(s for _, s, _ in out['honest'])
     ended = dict(re.findall(r'^rollouts_total\{finish_reason="(\w+)"\} (\S+)$', metrics, re.M))
+    refused = dict(re.findall(r'^rollouts_rejected_total\{reason="(\w+)"\} (\S+)$', metrics,
+                              re.M))
+    quota = a.per_caller or a.max_concurrent + 2 * a.max_concurrent  # the server's default
     print(f'{a.rollouts} rollouts at {a.concurrency} concurrent (server: {a.max_concurrent} '
-          f'running), {len(lat)} honest, {out["left"]} left after {a.leave_after_s} s, '
-          f'1 trickling callback; {wall:.1f} s')
-    print(f'server ended: {ended}; the trickling one: {out["slow"][1]} after '
-          f'{out["slow"][0]:.1f} s')
+          f'running, {4 * a.max_concurrent} queued, {quota} per caller), {len(lat)} honest, '
+          f'{out["left"]} left after {a.leave_after_s} s, 1 trickling callback; {wall:.1f} s')
+    print(f'server ended: {ended}; answered 429 or replayed: {refused}; the trickling one: '
+          f'{out["slow"][1]} after {out["slow"][0]:.1f} s')
     print(f'lost {lost}, duplicated {dup}, p50 {statistics.median(lat):.2f} s, '
           f'p99 {lat[int(0.99 * (len(lat) - 1))]:.2f} s, rollout server peak RSS {rss:.0f} MB')
 
