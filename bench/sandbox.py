@@ -128,7 +128,7 @@ async def main(a):
           'other sessions load it too, so compare the two kinds within this run only)')
     r = await sbx.run('pass')
     iso = r.isolation
-    print(f'sandbox: {r.status} {r.message}; protections: ' + ', '.join(
+    print(f'sandbox: {r.status}{" " + r.message if r.message else ""}; protections: ' + ', '.join(
         k for k in ('userns', 'mountns', 'netns', 'ipcns', 'utsns', 'pidns', 'fs_view', 'private_tmp',
                     'own_proc', 'seccomp', 'cgroup') if iso.get(k)) + f"; missing {iso.get('missing')}")
     kinds, pids = {'raw': raw_once, 'sandbox': lambda: sbx_once(sbx)}, [srv.proc.pid]
