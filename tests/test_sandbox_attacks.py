@@ -865,7 +865,12 @@ def test_memory_total_bounds_concurrent_calls(sbx, iso):
 def test_no_memory_bound_refused_by_default(sbx, iso):
     "Without a cgroup (a non-root trainer with nothing delegated) the default refuses, naming it."
     r = run(LocalSandbox(dataclasses.replace(sbx.config, isolation='auto')).run('print(1)'))
-    if 'cgroup' in iso['missing']: assert r.status == 'sandbox_error' and 'cgroup' in r.message, r
+    if 'cgroup' in iso['missing']:
+        assert r.status == 'sandbox_error' and 'cgroup' in r.message, r
+        why = [e for e in r.isolation.get('errors', []) if e.startswith('cgroup: ')]
+        assert why, r.isolation  # the errors say why
+        if 'none is delegated' in why[0] and os.geteuid() != 0:  # and how to get one
+            assert 'systemd-run --user --scope -p Delegate=yes' in why[0], why
     else: assert r.isolation.get('cgroup') and r.isolation.get('memory_total_mb'), r.isolation
 
 
