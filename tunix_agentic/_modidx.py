@@ -1454,6 +1454,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                          'tunix_agentic/models/decoder.py'),
                                               'tunix_agentic.models.decoder.hf_state_dict': ( '04_models/decoder.html#hf_state_dict',
                                                                                               'tunix_agentic/models/decoder.py'),
+                                              'tunix_agentic.models.decoder.refuse_unimplemented': ( '04_models/decoder.html#refuse_unimplemented',
+                                                                                                     'tunix_agentic/models/decoder.py'),
                                               'tunix_agentic.models.decoder.rope': ( '04_models/decoder.html#rope',
                                                                                      'tunix_agentic/models/decoder.py'),
                                               'tunix_agentic.models.decoder.safetensors_files': ( '04_models/decoder.html#safetensors_files',
