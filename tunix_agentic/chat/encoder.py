@@ -34,7 +34,7 @@ class EpisodeEncoder:
                  escape_tool_special_tokens: bool = True,  # stop tool output forging special tokens
                  chat_template_kwargs: dict | None = None,  # extra template variables
                  end_of_turn: str | None = None,  # token text that ends an assistant turn
-                 stop_ids: Sequence[int] = ()):  # more ids that close a turn (eos, sampling stops)
+                 stop_ids: Sequence[int] = ()):  # more ids that close a turn (the format's eos)
         if drift_policy not in _POLICIES:
             raise ValueError(f'drift_policy must be one of {_POLICIES}, got {drift_policy!r}')
         if max_seq_len <= 0: raise ValueError(f'max_seq_len must be positive, got {max_seq_len}')
