@@ -160,12 +160,13 @@ _DRIVER = textwrap.dedent('''
     sys.meta_path.insert(0, StubTraining())
     out = []
     for case, argv in json.loads(sys.argv[1]):
-        err = io.StringIO()
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        err, printed = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(printed):
             try: rc = main(argv)
             except SystemExit as e: rc = e.code
             except BaseException as e: rc = f'{type(e).__name__}: {e}'
-        out.append({'case': case, 'rc': rc, 'stderr': err.getvalue(), 'jax': 'jax' in sys.modules})
+        out.append({'case': case, 'rc': rc, 'stderr': err.getvalue(), 'stdout': printed.getvalue(),
+                    'jax': 'jax' in sys.modules})
     print(json.dumps(out))
 ''')
 
@@ -198,3 +199,9 @@ def test_mistake_is_one_line_and_exit_2(results, i):
     assert len(lines) == 1, got['stderr']
     assert want in lines[0], lines[0]
     if i < len(CASES) - AFTER_JAX: assert not got['jax'], f'{case}: JAX loaded before the error'
+
+
+def test_another_runs_folder_is_refused_before_the_resolved_config_is_printed(results):
+    "The refusal is the first thing the user sees: nothing on stdout (no 90-line config) before it."
+    got = results['folder of another run']
+    assert (got['rc'], got['stdout']) == (2, ''), got

@@ -24,7 +24,7 @@ from .demo import plot_demo, seeds_table, plot_seeds
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['compilation_cache', 'Run', 'evaluate_checkpoint', 'train_subprocess', 'run_seeds']
+__all__ = ['compilation_cache', 'DriftTally', 'Run', 'evaluate_checkpoint', 'train_subprocess', 'run_seeds']
 
 # %% ../../nbs/10_app/03_run.ipynb #b97e3038
 def compilation_cache(folder: str | Path | None = None) -> str | None:
@@ -38,6 +38,27 @@ def compilation_cache(folder: str | Path | None = None) -> str | None:
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)  # the many small ones too
     jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
     return folder
+
+# %% ../../nbs/10_app/03_run.ipynb #5e1d7a21
+class DriftTally(logging.Filter):
+    "Entered: the encoder's chat-drift warnings counted, not printed; `report` logs one line."
+    def __init__(self, logger: str = 'tunix_agentic.chat.encoder'): # the logger that warns
+        super().__init__()
+        self.logger = logging.getLogger(logger)
+        self.n = 0
+    def filter(self, record: logging.LogRecord) -> bool:
+        drift = record.getMessage().startswith('chat drift')
+        self.n += drift
+        return not drift
+    def __enter__(self) -> DriftTally:
+        self.logger.addFilter(self)
+        return self
+    def __exit__(self, *exc): self.logger.removeFilter(self)
+    def report(self, step: int, episodes: int):
+        "One warning for the drifted episodes counted since the last report."
+        if self.n: _log.warning('step %d: chat drift in %d of %d episodes (counted, not printed '
+                                'one by one; metrics/drift has the tokens)', step, self.n, episodes)
+        self.n = 0
 
 # %% ../../nbs/10_app/03_run.ipynb #90456ba4
 class Run:
@@ -59,6 +80,7 @@ class Run:
         self.teacher_diagnosis: dict | None = None
         self.times: dict[str, float] = {}
         self.sinks: MetricSinks | None = None
+        self.drift = DriftTally()  # one line a step for the encoder's per-episode drift warnings
         self._learner = self._loop = self._engine = self._eval_engine = None
 
     @classmethod
@@ -130,7 +152,8 @@ def _loop(self: Run) -> OnlineLoop:
 def _step(self: Run) -> dict:
     "One GRPO step (collect, update, push weights); its metrics."
     loop = self.loop
-    return loop.run(until=loop.next_step + 1)[-1]
+    with self.drift:
+        return loop.run(until=loop.next_step + 1)[-1]
 
 Run.loop, Run.step = property(_loop), _step
 
@@ -147,6 +170,7 @@ def _evaluate(self: Run, n: int | None = None, temperature: float | None = None)
     return evaluate(self._eval_engine, self.tok, tasks, self.cfg, temperature)[0]
 
 def _on_step(self: Run, step: int, rec: dict):
+    self.drift.report(step, rec.get('episodes', 0))
     every = self.cfg.eval.every
     if not every or (step + 1) % every: return
     d = {'step': step + 1, 'problems': min(self.cfg.eval.size, len(self.heldout)),
@@ -172,16 +196,15 @@ Run.save = _save
 def _stepper(self: Run):
     "The episode stepper widget over the held-out problems, on the current policy."
     from flax import nnx
-    from tunix_agentic.rollout.collector import CollectConfig
     from tunix_agentic.rollout.episode import EpisodeConfig
     from tunix_agentic.ui.stepper import EpisodeStepper
     eng = engine_on_copy(self.model, self.tok, 1, 1)
     if self._learner is not None:
         eng.update_params(nnx.state(self._learner.model), self._learner.step)
     ep = episode_config(self.cfg)  # a stepper's timeout is one turn's: EpisodeConfig's own
-    ccfg = CollectConfig(episode=EpisodeConfig(max_seq_len=ep.max_seq_len, sampling=ep.sampling))
+    config = EpisodeConfig(max_seq_len=ep.max_seq_len, sampling=ep.sampling)
     return EpisodeStepper({self.cfg.env.env: env_factory(self.cfg)}, self.heldout, self.tok,
-                          engines={'policy': eng}, config=ccfg, agent_fn=agent_factory(self.cfg))
+                          engines={'policy': eng}, config=config, agent_fn=agent_factory(self.cfg))
 Run.stepper = _stepper
 
 # %% ../../nbs/10_app/03_run.ipynb #f9aa4fbf
@@ -195,8 +218,9 @@ def _eval_before(self: Run, frozen) -> tuple[dict, dict]:
     _write_json(self.out / 'eval_before.json', {'sampled': before, 'greedy': greedy})
     return before, greedy
 
-def _read_before(self: Run) -> tuple[dict, dict]:
-    "What a resumed run did before its checkpoint: warm start and evaluation after it."
+def _read_before(self: Run) -> tuple[dict, dict] | None:
+    "What a resumed run did before its checkpoint: warm start and evaluation (None: none kept)."
+    if not (self.out / 'eval_before.json').exists(): return None  # killed before it was written
     p = self.out / 'sft.json'
     sft = json.loads(p.read_text()) if p.exists() else {}
     self.sft_losses, self.teacher_diagnosis = sft.get('losses', []), sft.get('teacher_diagnosis')
@@ -211,7 +235,8 @@ def _grpo(self: Run) -> list[dict]:
     c, loop = self.cfg, self.loop
     resumed = loop.resume() if self.has_checkpoint() else 0
     t = time.perf_counter()
-    fresh = loop.run() if c.grpo.steps else []
+    with self.drift:
+        fresh = loop.run() if c.grpo.steps else []
     self.times['grpo_s'] = time.perf_counter() - t
     if c.grpo.steps and (not c.checkpoint.save_every or loop.next_step % c.checkpoint.save_every):
         loop.save_checkpoint()
@@ -244,8 +269,11 @@ def _train(self: Run) -> dict:
     pool = None  # the evaluation beside GRPO; shut down in `finally` if GRPO fails
     compiles = CompileLog().start()  # what XLA compiled (or loaded from the cache), for the summary
     try:
-        if resuming: before, greedy_before = self._read_before()
-        else:
+        kept = self._read_before() if resuming else None
+        if kept: before, greedy_before = kept
+        else:  # a fresh run, or one killed before the evaluation beside GRPO was written
+            if resuming: _log.warning('%s: no eval_before.json beside the checkpoint; warm start '
+                                      'and before-RL evaluation done again', self.out)
             self.warm_start()
             pool = ThreadPoolExecutor(1)
         engine = self.engine

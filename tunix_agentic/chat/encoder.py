@@ -6,6 +6,7 @@
 from __future__ import annotations
 import collections, copy, difflib, json, logging, weakref
 from dataclasses import dataclass, field
+from typing import Sequence
 from fastcore.basics import patch
 from ..core.trajectory import ToolCall
 from .template import ChatFormat, chat_format, describe_tokenizer
@@ -32,7 +33,8 @@ class EpisodeEncoder:
                  drift_policy: str = 'warn',  # on drift `prefix_check` does: warn, error, realign
                  escape_tool_special_tokens: bool = True,  # stop tool output forging special tokens
                  chat_template_kwargs: dict | None = None,  # extra template variables
-                 end_of_turn: str | None = None):  # token text that ends an assistant turn
+                 end_of_turn: str | None = None,  # token text that ends an assistant turn
+                 stop_ids: Sequence[int] = ()):  # more ids that close a turn (the format's eos)
         if drift_policy not in _POLICIES:
             raise ValueError(f'drift_policy must be one of {_POLICIES}, got {drift_policy!r}')
         if max_seq_len <= 0: raise ValueError(f'max_seq_len must be positive, got {max_seq_len}')
@@ -50,7 +52,7 @@ class EpisodeEncoder:
         self.eot_text, self.eot_id = end_of_turn, tokenizer.convert_tokens_to_ids(end_of_turn)
         if self.eot_id is None or self.eot_id == tokenizer.unk_token_id:
             raise ValueError(f'end_of_turn {end_of_turn!r} is not a token of this tokenizer')
-        self._stops = frozenset((self.eot_id, *(fmt.end_ids if fmt else ())))  # close a turn
+        self._stops = frozenset((self.eot_id, *(fmt.end_ids if fmt else ()), *stop_ids))
         self._other_stops: dict[int, int] = {}  # position -> a stop sampled where end_of_turn goes
         self._added = tuple(t for t in added_tokens(tokenizer).texts if len(t) > 1)
         self._turn_tokens = turn_tokens(tokenizer)  # what tool output must not contain

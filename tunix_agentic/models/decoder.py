@@ -15,8 +15,8 @@ from flax import nnx, struct
 from .attention import attention_scores, attend_rowwise
 
 # %% auto #0
-__all__ = ['DTYPES', 'DecoderConfig', 'hf_dtype', 'hf_shape', 'RMSNorm', 'rope', 'KVCache', 'attend', 'DecoderModel',
-           'check_decoder', 'hf_name', 'hf_param_names', 'hf_state_dict', 'safetensors_files']
+__all__ = ['DTYPES', 'DecoderConfig', 'hf_dtype', 'hf_shape', 'refuse_unimplemented', 'RMSNorm', 'rope', 'KVCache', 'attend',
+           'DecoderModel', 'check_decoder', 'hf_name', 'hf_param_names', 'hf_state_dict', 'safetensors_files']
 
 # %% ../../nbs/04_models/00a_decoder.ipynb #9f3d2a01
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16, 'float16': jnp.float16}
@@ -80,6 +80,16 @@ def hf_shape(hf: dict, dtype: str | None = None) -> dict:
         dtype=dtype or hf_dtype(hf),
         bos_token_id=hf.get('bos_token_id'),
         eos_token_id=eos if not isinstance(eos, list) else eos[0])
+
+# %% ../../nbs/04_models/00a_decoder.ipynb #7c0e5a11
+def refuse_unimplemented(conf: dict, # an HF `config.json` dict, or GGUF metadata
+                         implemented: dict[str, tuple], # field -> the values the model implements
+                         source: str): # what is being loaded, for the message
+    "`ValueError` naming the first field of `conf` set to a value the model does not implement."
+    for k, ok in implemented.items():
+        if k in conf and conf[k] not in ok:
+            raise ValueError(f'{source}: {k}={conf[k]!r} is not implemented; expected '
+                             + ' or '.join(map(repr, ok)))
 
 # %% ../../nbs/04_models/00a_decoder.ipynb #076288f9
 class RMSNorm(nnx.Module):

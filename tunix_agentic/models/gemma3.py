@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from flax import nnx
 
 from .decoder import (DecoderConfig, KVCache, attend, hf_param_names,
-    hf_state_dict, rope, safetensors_files)
+    hf_state_dict, refuse_unimplemented, rope, safetensors_files)
 
 _log = logging.getLogger(__name__)
 
@@ -50,6 +50,10 @@ class Gemma3Config(DecoderConfig):
                              f'{self.num_layers} of sliding_attention/full_attention')
 
 # %% ../../nbs/04_models/02_gemma3.ipynb #d3718ea2
+_IMPLEMENTED = {'hidden_activation': ('gelu_pytorch_tanh',), 'hidden_act': ('gelu_pytorch_tanh',),
+                'attention_bias': (False, None), 'use_bidirectional_attention': (False, None),
+                'attn_logit_softcapping': (None,)}  # what the fields change, as our modules do it
+
 @patch(cls_method=True)
 def from_hf_config(cls: Gemma3Config, hf: dict, dtype: str | None = None) -> Gemma3Config:
     "Build a `Gemma3Config` from the dict of an HF Gemma 3 `config.json`."
@@ -58,8 +62,7 @@ def from_hf_config(cls: Gemma3Config, hf: dict, dtype: str | None = None) -> Gem
     types = hf.get('layer_types') or [
         'full_attention' if (i + 1) % hf.get('sliding_window_pattern', 6) == 0
         else 'sliding_attention' for i in range(n)]
-    if hf.get('attn_logit_softcapping') is not None:
-        raise ValueError(f"attn_logit_softcapping={hf['attn_logit_softcapping']}; not supported")
+    refuse_unimplemented(hf, _IMPLEMENTED, 'gemma3 config')
     rs, factor = hf.get('rope_scaling'), 1.0
     if rs:
         kind = rs.get('rope_type', rs.get('type'))

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..chat.tokenizer import GEMMA_CHAT_TEMPLATE
+from .decoder import refuse_unimplemented
 from .gemma3 import Gemma3, Gemma3Config, from_state_dict
 
 _log = logging.getLogger(__name__)
@@ -40,11 +41,17 @@ def gguf_metadata(reader) -> dict:
 def _f32(x) -> float:  # the shortest decimal that is the same float32 (1e-6, not 9.99999997e-07)
     return float(np.format_float_positional(np.float32(x), unique=True))
 
+_IMPLEMENTED = {'gemma3.rope.scaling.type': ('none', 'linear'), 'gemma3.attention.causal': (True,),
+                'gemma3.attn_logit_softcapping': (None,),
+                'gemma3.attention.sliding_window_pattern': (6,),  # every sixth layer global
+                'gemma3.rope.freq_base_swa': (10_000.0,)}  # what llama.cpp hard-codes, and we
+
 def gemma3_config(meta: dict, dtype: str = 'float32') -> Gemma3Config:
     "A `Gemma3Config` from the metadata of a `gemma3` GGUF file."
     if meta.get('general.architecture') != 'gemma3':
         raise ValueError(f"general.architecture={meta.get('general.architecture')!r}; "
                          "expected 'gemma3'")
+    refuse_unimplemented(meta, _IMPLEMENTED, 'gemma3 GGUF')
     g = lambda k, d=None: meta.get('gemma3.' + k, d)
     n, hd, d, nh = (g(k) for k in ('block_count', 'attention.key_length', 'embedding_length',
                                    'attention.head_count'))
@@ -98,6 +105,9 @@ def gguf_state_dict(reader) -> dict[str, np.ndarray]:
     from gguf.quants import dequantize
     sd = {}
     for t in reader.tensors:
+        if t.name.endswith('.bias'):
+            raise ValueError(f'gemma3 GGUF: tensor {t.name!r} is a bias; biases are not '
+                             'implemented (expected weights only)')
         a = dequantize(t.data, t.tensor_type).astype(np.float32, copy=False)
         name = hf_tensor_name(t.name)
         sd[name] = a - 1.0 if name.endswith('norm.weight') else a

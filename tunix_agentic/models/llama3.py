@@ -12,7 +12,7 @@ import numpy as np
 
 from fastcore.basics import patch
 
-from .decoder import hf_shape
+from .decoder import hf_shape, refuse_unimplemented
 from .qwen2 import ModelConfig, Qwen2, load_hf as _load_hf
 
 # %% auto #0
@@ -76,7 +76,7 @@ def from_hf_config(cls: Llama3Config, hf: dict, dtype: str | None = None) -> Lla
     "Build a `Llama3Config` from the dict of an HF Llama `config.json`."
     if hf.get('model_type', 'llama') != 'llama':
         raise ValueError(f"model_type={hf.get('model_type')!r}; expected 'llama'")
-    if hf.get('mlp_bias'): raise ValueError('mlp_bias=True is not supported; expected false')
+    refuse_unimplemented(hf, {'hidden_act': ('silu',), 'mlp_bias': (False, None)}, 'llama config')
     rs = hf.get('rope_scaling') or {}
     kind = rs.get('rope_type', rs.get('type')) if rs else 'default'
     if kind not in ('default', 'llama3'):

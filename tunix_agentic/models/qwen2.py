@@ -14,7 +14,7 @@ import numpy as np
 from fastcore.basics import patch
 from flax import nnx
 from .decoder import (DecoderConfig, KVCache, RMSNorm, attend, hf_param_names,
-    hf_shape, hf_state_dict, rope, safetensors_files)
+    hf_shape, hf_state_dict, refuse_unimplemented, rope, safetensors_files)
 
 _log = logging.getLogger(__name__)
 
@@ -46,8 +46,9 @@ class ModelConfig(DecoderConfig):
 def from_hf_config(cls: ModelConfig, hf: dict, dtype: str | None = None) -> ModelConfig:
     "Build a `ModelConfig` from the dict of an HF `config.json`."
     mt = hf.get('model_type') or ''
-    if mt and not mt.startswith('qwen'):
+    if mt not in ('', 'qwen2', 'qwen3'):
         raise ValueError(f'model_type={mt!r}; expected qwen2 or qwen3 (Llama 3: the llama3 module)')
+    refuse_unimplemented(hf, {'hidden_act': ('silu',)}, f'{mt or "qwen2"} config')
     arch = 'qwen3' if mt.startswith('qwen3') or 'Qwen3ForCausalLM' in hf.get('architectures', []) \
         else 'qwen2'
     rs = hf.get('rope_scaling')

@@ -161,7 +161,8 @@ async def start(self: Episode) -> list[int]:
     self.enc = enc = EpisodeEncoder(
         self.tokenizer, tools=self.agent.tools or None, max_seq_len=c.max_seq_len,
         tool_output_max_tokens=c.tool_output_max_tokens, drift_policy=c.drift_policy,
-        chat_template_kwargs=c.chat_template_kwargs, end_of_turn=self.fmt.end_of_turn)
+        chat_template_kwargs=c.chat_template_kwargs, end_of_turn=self.fmt.end_of_turn,
+        stop_ids=self.fmt.end_ids)  # the format's whole stop set: a sampled eos closes a turn
     enc.start(self.agent.prompt(obs))
     if len(enc.input_ids) >= c.max_seq_len:  # the prompt alone fills the budget: nothing to train
         n = len(enc.input_ids)
