@@ -12,13 +12,15 @@ An untrained policy calls no tool, so its episodes would end after one turn. Wit
 demo's teacher would (the calls a trained policy makes): 3 turns per episode, prompts growing by
 the sampled turn and the tool's answer, as in the demo's GRPO steps. `--turns model` parses the
 model's own text instead.
-Each figure is the median of --reps timed runs after one warm-up run (compiles excluded from
-the timings; the compiles of each phase are counted). Runs on a GPU unchanged.
+After one warm-up of each (compiles excluded from the timings; the compiles of each phase are
+counted), --reps reps each time one bare decode, then one collection of B new tasks; the figures
+are those of the rep with the median ratio. Runs on a GPU unchanged.
 
 Run: JAX_PLATFORMS=cpu python bench/episode_vs_decode.py [--batch 64 256] [--reps 3]
-The last line states the figures.
+The last line states the figures. On a shared machine the wall-clock ratio wanders with the load;
+the ratio of tokens per process CPU second (printed too) wanders less.
 """
-import argparse, logging, os, re, statistics, sys, time
+import argparse, dataclasses, logging, os, statistics, sys, time
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 import jax
@@ -50,23 +52,23 @@ class TeacherActs(ToolAgent):
         return super().parse(self.teacher(f'{self.question}\n{said}'))
 
 
-def bare_decode(engine, tok, tasks, sp, cfg, reps):
-    "Median seconds of one `generate` of every task's first prompt (no stops), after a warm-up."
-    agent = agent_factory(cfg)()
+def first_prompts(tok, cfg, tasks) -> list[list[int]]:
+    "Each task's first prompt as its episode renders it (system prompt, tools, question)."
     from tunix_agentic.app.compose import env_factory
     from tunix_agentic.envs.environments import task_observation
-    prompts = [tok.apply_chat_template(agent.prompt(task_observation(t)), tokenize=True,
-                                       add_generation_prompt=True,
-                                       tools=env_factory(cfg)(t).tool_schemas) for t in tasks]
-    params = [sp.replace(seed=i) for i in range(len(tasks))]
+    agent, env = agent_factory(cfg)(), env_factory(cfg)
+    return [tok.apply_chat_template(agent.prompt(task_observation(t)), tokenize=True,
+                                    add_generation_prompt=True, tools=env(t).tool_schemas)
+            for t in tasks]
+
+
+def bare_decode(engine, prompts, sp) -> float:
+    "Seconds of one `generate` of `prompts` with no stops: every row samples `max_new_tokens`."
+    params = [sp.replace(seed=i) for i in range(len(prompts))]
+    t0, c0 = time.perf_counter(), time.process_time()
     outs = engine.generate(prompts, params)
     assert all(len(o.token_ids) == sp.max_new_tokens for o in outs), 'a row stopped early'
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        engine.generate(prompts, params)
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def episodes(engine, tok, cfg, tasks, turns: str):
@@ -83,37 +85,44 @@ def episodes(engine, tok, cfg, tasks, turns: str):
         finally: busy[0] += time.perf_counter() - t0
     batcher.batch_fn = timed_generate
     try:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         trajs = run_sync(coll.collect_many(tasks))
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally: batcher.batch_fn = gen
     sampled = sum(sum(t.response_mask) for t in trajs)
     n_turns = sum(t.metrics['turns'] for t in trajs)
-    return dict(wall=wall, tokens=sampled, turns=n_turns, engine_s=busy[0],
+    return dict(wall=wall, cpu=cpu, tokens=sampled, turns=n_turns, engine_s=busy[0],
                 statuses=sorted({t.status.value for t in trajs}))
 
 
-def one_batch(b: int, reps: int, turns: str, model, tok, cfg) -> dict:
+def one_batch(b: int, reps: int, turns: str, model, tok, cfg, **engine_kw) -> dict:
+    "Bare decode and episodes at batch `b`, interleaved rep by rep (load drifts hit both alike)."
     engine = make_engine(model, tok, b, b)
+    engine.config = dataclasses.replace(engine.config, **engine_kw)
     sp = SamplingParams(temperature=cfg.episode.sampling.temperature,
                         max_new_tokens=cfg.episode.sampling.max_new_tokens)
     ev = compile_events()
-    train, _ = make_splits(cfg.seed, b * (reps + 2), 0)
+    train, _ = make_splits(cfg.seed, b * (reps + 1), 0)
+    prompts = first_prompts(tok, cfg, train[:b])
     n0 = len(ev.programs)
-    t_bare = bare_decode(engine, tok, train[:b], sp, cfg, reps)
+    bare_decode(engine, prompts, sp)
     n_bare = len(ev.programs) - n0
-    bare_tps = b * sp.max_new_tokens / t_bare
-    n0 = len(ev.programs)
-    warm = episodes(engine, tok, cfg, train[b:2 * b], turns)
-    n_warm = len(ev.programs) - n0
-    runs = [episodes(engine, tok, cfg, train[(2 + k) * b:(3 + k) * b], turns) for k in range(reps)]
-    n_timed = len(ev.programs) - n0 - n_warm
-    r = sorted(runs, key=lambda r: r['tokens'] / r['wall'])[len(runs) // 2]
-    ep_tps = r['tokens'] / r['wall']
-    return dict(batch=b, bare_s=t_bare, bare_tps=bare_tps, ep_tps=ep_tps, ratio=ep_tps / bare_tps,
-                compiles_bare=n_bare, compiles_warm=n_warm, compiles_timed=n_timed,
-                shapes=len(engine.shapes_seen), warm_s=warm['wall'],
-                batches=len(engine.batcher.batch_sizes), **r)
+    t0 = time.perf_counter()
+    warm = episodes(engine, tok, cfg, train[:b], turns)
+    warm_s, n_warm = time.perf_counter() - t0, len(ev.programs) - n0 - n_bare
+    runs = []
+    for k in range(1, reps + 1):
+        t, c = bare_decode(engine, prompts, sp)
+        r = episodes(engine, tok, cfg, train[k * b:(k + 1) * b], turns)
+        r.update(bare_s=t, bare_tps=b * sp.max_new_tokens / t, ep_tps=r['tokens'] / r['wall'])
+        cpu_ratio = r['tokens'] / r['cpu'] / (b * sp.max_new_tokens / c)  # per CPU second
+        runs.append(r | dict(ratio=r['ep_tps'] / r['bare_tps'], cpu_ratio=cpu_ratio))
+    r = sorted(runs, key=lambda r: r['ratio'])[len(runs) // 2]  # the median rep
+    return dict(batch=b, config=engine.config, compiles_bare=n_bare, compiles_warm=n_warm,
+                compiles_timed=len(ev.programs) - n0 - n_bare - n_warm,
+                shapes=len(engine.shapes_seen), warm_s=warm_s, warm_turns=warm['turns'],
+                ratios=[x['ratio'] for x in runs],
+                cpu_ratios=[x['cpu_ratio'] for x in runs], **r)
 
 
 def main(argv=None):
@@ -122,6 +131,8 @@ def main(argv=None):
     ap.add_argument('--reps', type=int, default=3)
     ap.add_argument('--turns', choices=('teacher', 'model'), default='teacher')
     ap.add_argument('--preset', default='calculator')
+    ap.add_argument('--decode-chunk', type=int, help="JaxEngineConfig's (default: make_engine's)")
+    ap.add_argument('--prompt-bucket-step', type=int, help="JaxEngineConfig's")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger('tunix_agentic.chat.encoder').setLevel(logging.ERROR)  # random text drifts
@@ -130,17 +141,23 @@ def main(argv=None):
     dev = jax.devices()[0]
     print(f'{a.preset} policy, max_new_tokens {cfg.episode.sampling.max_new_tokens}, '
           f'T={cfg.episode.sampling.temperature:g}, turns: {a.turns}; JAX {jax.__version__} on '
-          f'{dev.platform} ({dev.device_kind}), {os.cpu_count()} CPUs')
+          f'{dev.platform} ({dev.device_kind}), {os.cpu_count()} CPUs, load average '
+          f'{os.getloadavg()[0]:.1f}')
     res = []
     for b in a.batch:
-        r = one_batch(b, a.reps, a.turns, model, tok, cfg)
+        kw = {k: v for k, v in (('decode_chunk', a.decode_chunk),
+                                ('prompt_bucket_step', a.prompt_bucket_step)) if v is not None}
+        r = one_batch(b, a.reps, a.turns, model, tok, cfg, **kw)
         res.append(r)
         print(f"batch {b}: bare decode {r['bare_tps']:.0f} tok/s ({r['bare_s']:.3f} s, "
               f"{r['compiles_bare']} compiles); episodes {r['ep_tps']:.0f} tok/s ({r['tokens']} "
               f"tokens, {r['turns']} turns in {r['wall']:.2f} s, engine busy {r['engine_s']:.2f} "
               f"s; warm-up {r['warm_s']:.1f} s with {r['compiles_warm']} compiles, "
               f"{r['compiles_timed']} in timed runs; {r['shapes']} engine shapes; "
-              f"status {r['statuses']}); ratio {r['ratio']:.3f}")
+              f"status {r['statuses']}); ratio {r['ratio']:.3f} (reps: "
+              f"{', '.join(f'{x:.3f}' for x in r['ratios'])}); per process CPU second: "
+              f"median {statistics.median(r['cpu_ratios']):.3f}")
+    print(f"engine (the last batch's): {res[-1]['config']}")
     print('RESULT ' + '; '.join(
         f"batch {r['batch']}: episodes {r['ep_tps']:.0f} / bare decode {r['bare_tps']:.0f} tok/s "
         f"= {r['ratio']:.3f}" for r in res) + f' ({dev.platform}, median of {a.reps})')
