@@ -19,6 +19,14 @@ are those of the rep with the median ratio. Runs on a GPU unchanged.
 Run: JAX_PLATFORMS=cpu python bench/episode_vs_decode.py [--batch 64 256] [--reps 3]
 The last line states the figures. On a shared machine the wall-clock ratio wanders with the load;
 the ratio of tokens per process CPU second (printed too) wanders less.
+
+Measured (2 shared CPU cores, load average 9-14, `bench/calibrate.py` 16-28 GFLOP/s), batch 64,
+`--reps 5`, ratio = episode tokens/s / bare decode tokens/s:
+  before (6d548fc): wall 0.472, 0.524, 0.308 in three runs; per CPU second 0.542, 0.492.
+  after, `--decode-chunk 1 --prompt-bucket-step 0` (the old programs): wall 0.515, CPU 0.507;
+  after (chunks of 8, prompts padded to the next 64): wall 0.574 (reps 0.50-0.68), CPU 0.609.
+  Bare decode 2049-3125 tok/s; episodes: 64 x 3 turns, 8970 tokens, the engine busy 90% of the
+  wall time in 3 batches of 64 (lockstep); 4 compiles in the warm-up, none in the timed runs.
 """
 import argparse, dataclasses, logging, os, statistics, sys, time
 
