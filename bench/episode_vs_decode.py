@@ -25,8 +25,12 @@ Measured (2 shared CPU cores, load average 9-14, `bench/calibrate.py` 16-28 GFLO
   before (6d548fc): wall 0.472, 0.524, 0.308 in three runs; per CPU second 0.542, 0.492.
   after, `--decode-chunk 1 --prompt-bucket-step 0` (the old programs): wall 0.515, CPU 0.507;
   after (chunks of 8, prompts padded to the next 64): wall 0.574 (reps 0.50-0.68), CPU 0.609.
+  after, again (`--reps 3`, load 10.1): wall 0.646 (0.687, 0.638, 0.646), CPU 0.615.
   Bare decode 2049-3125 tok/s; episodes: 64 x 3 turns, 8970 tokens, the engine busy 90% of the
   wall time in 3 batches of 64 (lockstep); 4 compiles in the warm-up, none in the timed runs.
+  What is left of the gap: turn 1 costs what bare decode costs (1.30 s vs 1.34 s), turns 2 and 3
+  about 2.1 s each: every turn prefills the whole conversation again (64-192 tokens a row past the
+  shared prefix) and decodes over a longer cache.
 """
 import argparse, dataclasses, logging, os, statistics, sys, time
 
@@ -86,11 +90,13 @@ def episodes(engine, tok, cfg, tasks, turns: str):
         make = coll.agent_fn
         coll.agent_fn = lambda t: TeacherActs(make(t))
     batcher = engine.batcher
-    busy, gen = [0.0], batcher.batch_fn
+    busy, calls, gen = [0.0], [], batcher.batch_fn
     def timed_generate(prompts, params):
         t0 = time.perf_counter()
         try: return gen(prompts, params)
-        finally: busy[0] += time.perf_counter() - t0
+        finally:
+            busy[0] += time.perf_counter() - t0
+            calls.append((len(prompts), max(map(len, prompts)), time.perf_counter() - t0))
     batcher.batch_fn = timed_generate
     try:
         t0, c0 = time.perf_counter(), time.process_time()
@@ -99,7 +105,7 @@ def episodes(engine, tok, cfg, tasks, turns: str):
     finally: batcher.batch_fn = gen
     sampled = sum(sum(t.response_mask) for t in trajs)
     n_turns = sum(t.metrics['turns'] for t in trajs)
-    return dict(wall=wall, cpu=cpu, tokens=sampled, turns=n_turns, engine_s=busy[0],
+    return dict(wall=wall, cpu=cpu, tokens=sampled, turns=n_turns, engine_s=busy[0], calls=calls,
                 statuses=sorted({t.status.value for t in trajs}))
 
 
@@ -165,6 +171,8 @@ def main(argv=None):
               f"status {r['statuses']}); ratio {r['ratio']:.3f} (reps: "
               f"{', '.join(f'{x:.3f}' for x in r['ratios'])}); per process CPU second: "
               f"median {statistics.median(r['cpu_ratios']):.3f}")
+        print('  engine calls (rows, longest prompt, seconds): ' + ', '.join(
+            f'({n}, {p}, {t:.2f})' for n, p, t in r['calls']))
     print(f"engine (the last batch's): {res[-1]['config']}")
     print('RESULT ' + '; '.join(
         f"batch {r['batch']}: episodes {r['ep_tps']:.0f} / bare decode {r['bare_tps']:.0f} tok/s "
