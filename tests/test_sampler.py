@@ -1,6 +1,6 @@
 """The vanilla JAX sampler against the uncached forward: greedy tokens, logprob convention, stops,
 per-request seeds, no-copy parameter sharing, async batching and bounded recompiles."""
-import asyncio
+import asyncio, dataclasses
 import numpy as np
 import pytest
 import jax, jax.numpy as jnp
@@ -145,3 +145,24 @@ def test_errors(setup):
     with pytest.raises(ValueError, match='empty prompt'): s.generate([[]])
     with pytest.raises(ValueError, match='outside vocab'): s.generate([[cfg.vocab_size]])
     with pytest.raises(ValueError, match='max_batch=3'): JaxEngineConfig(max_batch=3)
+
+
+
+@pytest.mark.timeout(300)
+def test_decode_chunks_sample_what_single_steps_sample(setup):
+    "Chunks of 3 tokens per loop test give chunk=1's samples bit for bit (issue 41)."
+    model, cfg, tok, prompts = setup  # budgets 5 and 13 end inside a chunk; 16 past the last one
+    alike = [prompts[2][:16] + p for p in prompts[:4]]
+    sp = [SamplingParams(temperature=1.0, max_new_tokens=m, seed=s, top_k=k,
+                         stop_token_ids=(tok.eos_token_id,))
+          for s, m, k in ((0, 5, 0), (1, 13, 0), (2, 16, 50), (3, 7, 0))]
+    got = {}
+    for chunk in (1, 3):  # turn 1: a cascaded shared prefix; turn 2: turn 1's keys/values reused
+        e = JaxEngine(model, config=dataclasses.replace(
+            CFG, decode_chunk=chunk, shared_prefix=16, cascade=True, prefix_cache_tokens=4096))
+        o1 = e.generate(alike, sp)
+        o2 = e.generate([a + o.token_ids + [5, 6] for a, o in zip(alike, o1)], sp)
+        assert e.last_stats['reused_tokens'] > 0
+        got[chunk] = [(o.token_ids, o.logprobs, o.finish_reason) for o in o1 + o2]
+    assert [len(o[0]) for o in got[1][:4]] == [5, 13, 16, 7]
+    assert got[3] == got[1]

@@ -22,7 +22,7 @@ from .engine import BaseEngine, GenerateOutput, SamplingParams, as_params_list
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['sample_step', 'generate_tokens', 'JaxEngineConfig', 'JaxEngine']
+__all__ = ['sample_step', 'generate_tokens', 'JaxEngineConfig', 'JaxEngine', 'row_keys']
 
 # %% ../../nbs/05_engines/02_jax_engine.ipynb #849c54b9
 def _filter_logits(x_bv, top_k_b, top_p_b):
@@ -77,12 +77,13 @@ def _kept_kv(cache, pre, valid_bs, length_b, max_new: int):
 
 # %% ../../nbs/05_engines/02_jax_engine.ipynb #5197376d
 @partial(jax.jit, static_argnames=('graphdef', 'max_new', 'use_filter', 'all_greedy', 'cascade',
-                                   'keep_kv'))
+                                   'keep_kv', 'chunk'))
 def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_b, max_new_b,
                     stops_bk, keys_b, prefix_1q=None,
                     past_kv=None, # `(k, v)`, `[layers, b, c, kv_heads, head_dim]`: earlier tokens
                     past_len_b=None, *, max_new: int, use_filter: bool, all_greedy: bool = False,
-                    cascade: bool = False, keep_kv: bool = False):
+                    cascade: bool = False, keep_kv: bool = False,
+                    chunk: int = 1): # tokens per test of the loop's exit (a GPU syncs per test)
     "Prefill plus KV-cache decode: `(tokens_bg, logprobs_bg, lengths_b, stopped_b[, kept])`."
     model = nnx.merge(graphdef, state)
     (b, p), q = tokens_bp.shape, 0 if prefix_1q is None else prefix_1q.shape[1]
@@ -107,15 +108,16 @@ def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_
     sample = partial(sample_step, use_filter=use_filter, all_greedy=all_greedy)
     tok, lp = sample(logits[:, -1], step_keys(0), temp_b, top_k_b, top_p_b)
     is_stop = lambda t: jnp.any(t[:, None] == stops_bk, -1)
-    out_t = jnp.zeros((b, max_new), jnp.int32).at[:, 0].set(tok)
-    out_l = jnp.zeros((b, max_new), jnp.float32).at[:, 0].set(lp)
+    spare = max_new + chunk - 1  # a last chunk may step past `max_new`: all rows are done then
+    out_t = jnp.zeros((b, spare), jnp.int32).at[:, 0].set(tok)
+    out_l = jnp.zeros((b, spare), jnp.float32).at[:, 0].set(lp)
     length = jnp.ones((b,), jnp.int32)
     stopped = is_stop(tok)
     done = stopped | (length >= max_new_b)
 
     def cond(c): return (c[0] < max_new) & ~jnp.all(c[-1])
-    def body(c):
-        i, cache, valid, last, out_t, out_l, length, stopped, done = c
+    def step(i, c):  # one token
+        cache, valid, last, out_t, out_l, length, stopped, done = c
         valid = jax.lax.dynamic_update_slice_in_dim(valid, jnp.ones((b, 1), bool), r + p + i - 1, 1)
         logits, cache = model(last[:, None], (plen_b + i - 1)[:, None], cache, valid, prefix=pre)
         tok, lp = sample(logits[:, 0], step_keys(i), temp_b, top_k_b, top_p_b)
@@ -125,15 +127,21 @@ def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_
         length = length + (~done)
         stopped = stopped | (~done & is_stop(tok))
         done = done | stopped | (length >= max_new_b)
-        return i + 1, cache, valid, tok, out_t, out_l, length, stopped, done
+        return cache, valid, tok, out_t, out_l, length, stopped, done
+    def body(c):  # `chunk` tokens per exit test, a loop of known trip count (no test inside)
+        return c[0] + chunk, *jax.lax.fori_loop(0, chunk, lambda j, s: step(c[0] + j, s), c[1:])
 
     c = (jnp.int32(1), cache, valid_bs, tok, out_t, out_l, length, stopped, done)
     _, cache, _, _, out_t, out_l, length, stopped, _ = jax.lax.while_loop(cond, body, c)
+    out_t, out_l = out_t[:, :max_new], out_l[:, :max_new]
     if not keep_kv: return out_t, out_l, length, stopped
     return out_t, out_l, length, stopped, _kept_kv(cache, pre, valid_bs[:, :r + p], length, max_new)
 
 # %% ../../nbs/05_engines/02_jax_engine.ipynb #96154b6f
-def _bucket(n: int, lo: int) -> int: return max(lo, 1 << max(n - 1, 0).bit_length())
+def _bucket(n: int, lo: int, step: int = 0) -> int:
+    "`n` padded to a power of two >= `lo`; past `step` (0: never), to a multiple of `step`."
+    pow2 = max(lo, 1 << max(n - 1, 0).bit_length())
+    return pow2 if not step or pow2 <= step else -(-n // step) * step
 
 @dataclass(frozen=True, kw_only=True)
 class JaxEngineConfig:
@@ -149,13 +157,17 @@ class JaxEngineConfig:
     prefix_cache_tokens: int = 0  # keep requests' keys/values (this many tokens, host memory) and
                                   # prefill only what a new prompt adds to one of them (0 = off)
     greedy_program: bool = True   # all-greedy batches get their own program (no draw; compiled)
+    decode_chunk: int = 8         # tokens decoded between two tests of "all rows done?"
+    prompt_bucket_step: int = 0   # prompts longer than this pad to a multiple of it (0: power of 2)
     def __post_init__(self):
         for f in ('max_batch', 'min_batch_bucket', 'min_prompt_bucket', 'min_gen_bucket',
                   'stop_bucket'):
             v = getattr(self, f)
             if v < 1 or v & (v - 1):
                 raise ValueError(f'JaxEngineConfig.{f}={v}; expected a power of two >= 1')
-        for f in ('shared_prefix', 'prefix_cache_tokens'):
+        if self.decode_chunk < 1:
+            raise ValueError(f'JaxEngineConfig.decode_chunk={self.decode_chunk}; expected >= 1')
+        for f in ('shared_prefix', 'prefix_cache_tokens', 'prompt_bucket_step'):
             if getattr(self, f) < 0:
                 raise ValueError(f'JaxEngineConfig.{f}={getattr(self, f)}; expected >= 0')
     @classmethod
@@ -241,6 +253,16 @@ def _keep_past(self: JaxEngine, full: list[list[int]], out_t, length, kept):
         assert n_kv[i] == len(seq), (i, n_kv[i], len(seq))  # what the model ran is what is keyed
         self.prefix_cache.put(seq, (k[:, i, :len(seq)].copy(), v[:, i, :len(seq)].copy()))
 
+# %% ../../nbs/05_engines/02_jax_engine.ipynb #b7e39d15
+@jax.jit
+def _seed_keys(seeds_b): return jax.vmap(lambda s: jax.random.key_data(jax.random.key(s)))(seeds_b)
+
+def row_keys(seeds: list[int]) -> jax.Array:
+    "One PRNG key per row from its integer seed, in one dispatch when all fit in int32."
+    if all(0 <= s < 2**31 for s in seeds): data = _seed_keys(np.asarray(seeds, np.int32))
+    else: data = jnp.stack([jax.random.key_data(jax.random.key(s)) for s in seeds])
+    return jax.random.wrap_key_data(data)
+
 # %% ../../nbs/05_engines/02_jax_engine.ipynb #7cafb0db
 @patch
 def _run_batch(self: JaxEngine, prompts: list[list[int]], params: list[SamplingParams]):
@@ -257,7 +279,7 @@ def _run_batch(self: JaxEngine, prompts: list[list[int]], params: list[SamplingP
     prefix, prompts = prompts[0][:q], [pr[k:] for pr, k in zip(prompts, cut)]
     self._counts['prefill_tokens'] += q + sum(map(len, prompts))
     self._counts['reused_tokens'] += sum(h[0] for h in hits if h)
-    p = _bucket(max(map(len, prompts)), c.min_prompt_bucket)
+    p = _bucket(max(map(len, prompts)), c.min_prompt_bucket, c.prompt_bucket_step)
     g = _bucket(max(sp.max_new_tokens for sp in params), c.min_gen_bucket)
     k = _bucket(max(len(sp.stop_token_ids) for sp in params), c.stop_bucket)
     toks, mask = np.zeros((b, p), np.int32), np.zeros((b, p), np.int32)
@@ -270,8 +292,7 @@ def _run_batch(self: JaxEngine, prompts: list[list[int]], params: list[SamplingP
     pad = [SamplingParams(temperature=0.0, max_new_tokens=1)] * (b - n)
     ps = [sp.replace(top_k=0) if sp.top_k >= vocab else sp for sp in params] + pad
     seeds = [int(self._rng.integers(2**31)) if s.seed is None else s.seed % (1 << 63) for s in ps]
-    keys = jnp.stack([jax.random.key_data(jax.random.key(s)) for s in seeds])
-    keys = jax.random.wrap_key_data(keys)
+    keys = row_keys(seeds)
     use_filter = any(sp.temperature > 0 and (sp.top_k > 0 or sp.top_p < 1) for sp in ps)
     all_greedy = c.greedy_program and all(sp.temperature <= 0 for sp in ps)
     arr = lambda f, dt: jnp.asarray(np.array([f(sp) for sp in ps], dt))
@@ -283,7 +304,7 @@ def _run_batch(self: JaxEngine, prompts: list[list[int]], params: list[SamplingP
         arr(lambda s: s.top_p, np.float32), arr(lambda s: s.max_new_tokens, np.int32),
         jnp.asarray(stops), keys, jnp.asarray([prefix], jnp.int32) if q else None,
         *past, max_new=g, use_filter=use_filter, all_greedy=all_greedy, cascade=self.config.cascade,
-        keep_kv=self.prefix_cache is not None)
+        keep_kv=self.prefix_cache is not None, chunk=c.decode_chunk)
     out_t, out_l, length, stopped, *kept = jax.device_get(out)
     if kept: _keep_past(self, full, out_t, length, *kept)
     return [GenerateOutput(out_t[i, :length[i]].tolist(), out_l[i, :length[i]].tolist(),
