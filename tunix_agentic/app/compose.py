@@ -21,6 +21,7 @@ from .calc_tasks import SYSTEM_PROMPT, Teacher, demonstrations, diagnose
 from ..tools.builtin import exact_str, gsm8k_number
 from .config import RunConfig, ConfigError, load_config
 from .preflight import load_plugins
+from .mesh import sharding_config
 _log = logging.getLogger(__name__)
 
 # %% auto #0
@@ -57,7 +58,8 @@ def trainer_config(cfg: RunConfig, stage: str, pad_id: int) -> TrainerConfig:
                      loss=LossConfig(**same_names(s.loss, LossConfig)))
     if s.final_lr is not None: extra['decay_to'] = (max(updates, s.warmup_steps + 1), s.final_lr)
     return TrainerConfig(**same_names(s, TrainerConfig, buckets=BUCKETS, pad_id=pad_id,
-                                      shared_prefix=16, **extra))
+                                      shared_prefix=16, sharding=sharding_config(cfg.sharding),
+                                      **extra))
 
 def loop_config(cfg: RunConfig, output_dir: str | Path) -> LoopConfig:
     "GRPO's online loop: steps, batch, mode, outputs and checkpoints, by `LoopConfig`'s names."

@@ -15,6 +15,7 @@ from ..learn.loop import (OnlineLoop, MetricSinks, read_metrics, latest_per_step
 from ..rollout.dumps import DumpWriter
 from .config import RunConfig, ConfigError, load_config, to_yaml
 from .preflight import preflight, load_tasks, lock_run_folder, check_resumable
+from .mesh import learner_mesh
 from .compose import (build_policy, make_engine, make_collector, evaluate,
                                        engine_on_copy, evaluate_both, teacher_demonstrations,
                                        sft_warm_start, diagnosis_of, env_factory, agent_factory,
@@ -47,6 +48,7 @@ class Run:
         self.cfg, self.out = cfg, Path(cfg.log.output_dir)
         self.train_tasks, self.heldout = load_tasks(cfg)
         self.model, self.tok = build_policy(cfg)
+        self.mesh = learner_mesh(cfg, self.model)  # None: one device (`sharding:` all 1s)
         self.pad_id = self.tok.convert_tokens_to_ids(cfg.chat.pad_token)
         if self.pad_id is None or self.pad_id == self.tok.unk_token_id:
             raise ConfigError(f'chat.pad_token={cfg.chat.pad_token!r}: not in the tokenizer')
@@ -86,7 +88,7 @@ def _warm_start(self: Run) -> list[float]:
     t = time.perf_counter()
     demos = teacher_demonstrations(self.train_tasks, self.tok, c)
     self.times['demonstrations_s'] = time.perf_counter() - t
-    sft = Trainer(self.model, trainer_config(c, 'sft', self.pad_id))
+    sft = Trainer(self.model, trainer_config(c, 'sft', self.pad_id), mesh=self.mesh)
     t = time.perf_counter()
     self.sft_losses = sft_warm_start(sft, demos, c, self.sinks)
     self.times['sft_s'] = time.perf_counter() - t
@@ -100,7 +102,8 @@ Run.warm_start = _warm_start
 # %% ../../nbs/10_app/03_run.ipynb #fe1cb72b
 def _learner(self: Run) -> Trainer:
     if self._learner is None:
-        self._learner = Trainer(self.model, trainer_config(self.cfg, 'grpo', self.pad_id))
+        self._learner = Trainer(self.model, trainer_config(self.cfg, 'grpo', self.pad_id),
+                                mesh=self.mesh)
     return self._learner
 
 def _rows(self: Run) -> int:
