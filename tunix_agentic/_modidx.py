@@ -540,6 +540,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                     'tunix_agentic/core/distributed.py'),
                                                 'tunix_agentic.core.distributed.job_args': ( '00_core/distributed.html#job_args',
                                                                                              'tunix_agentic/core/distributed.py'),
+                                                'tunix_agentic.core.distributed.local_module': ( '00_core/distributed.html#local_module',
+                                                                                                 'tunix_agentic/core/distributed.py'),
                                                 'tunix_agentic.core.distributed.local_params': ( '00_core/distributed.html#local_params',
                                                                                                  'tunix_agentic/core/distributed.py')},
             'tunix_agentic.core.registry': { 'tunix_agentic.core.registry.Registry': ( '00_core/registry.html#registry',

@@ -22,6 +22,7 @@ from ..tools.builtin import exact_str, gsm8k_number
 from .config import RunConfig, ConfigError, load_config
 from .preflight import load_plugins
 from .mesh import sharding_config
+from ..core.distributed import local_module
 _log = logging.getLogger(__name__)
 
 # %% auto #0
@@ -194,6 +195,7 @@ def engine_on_copy(model, tok, rows: int, max_batch: int = 64):
     "An engine over a copy of `model`'s current weights, which its later updates leave alone."
     import jax, jax.numpy as jnp
     from flax import nnx
+    model = local_module(model)  # whole on this host (a learner on several processes)
     twin = nnx.clone(model)
     nnx.update(twin, jax.tree.map(jnp.copy, nnx.state(model)))
     return make_engine(twin, tok, rows, max_batch)

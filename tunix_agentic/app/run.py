@@ -16,6 +16,7 @@ from ..rollout.dumps import DumpWriter
 from .config import RunConfig, ConfigError, load_config, to_yaml
 from .preflight import preflight, load_tasks, lock_run_folder, check_resumable
 from .mesh import learner_mesh
+from ..core.distributed import local_module
 from .compose import (build_policy, make_engine, make_collector, evaluate,
                                        engine_on_copy, evaluate_both, teacher_demonstrations,
                                        sft_warm_start, diagnosis_of, env_factory, agent_factory,
@@ -112,7 +113,8 @@ def _rows(self: Run) -> int:
 
 def _engine(self: Run):
     if self._engine is None:
-        self._engine = make_engine(self.model, self.tok, self.rows, self.cfg.engine.max_batch)
+        self._engine = make_engine(local_module(self.model), self.tok, self.rows,
+                                   self.cfg.engine.max_batch)  # this host's own engine
     return self._engine
 
 Run.learner, Run.rows, Run.engine = property(_learner), property(_rows), property(_engine)

@@ -11,7 +11,8 @@ import jax
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['ENV_VARS', 'job_args', 'init_distributed', 'host_value', 'host_float', 'local_params', 'is_main_process']
+__all__ = ['ENV_VARS', 'job_args', 'init_distributed', 'host_value', 'host_float', 'local_params', 'local_module',
+           'is_main_process']
 
 # %% ../../nbs/00_core/04_distributed.ipynb #3a6812f5
 ENV_VARS = {'coordinator': 'TUNIX_AGENTIC_COORDINATOR', 'num_processes': 'TUNIX_AGENTIC_NUM_PROCESSES',
@@ -57,6 +58,13 @@ def local_params(tree: Any) -> Any:
     dev = jax.local_devices()[0]
     return jax.tree.map(lambda x: jax.device_put(host_value(x), dev)
                         if isinstance(x, jax.Array) and not x.is_fully_addressable else x, tree)
+
+def local_module(model: Any) -> Any:
+    "An NNX `model`, or on several processes the same model with its arrays whole on this host."
+    if jax.process_count() == 1: return model
+    from flax import nnx
+    graphdef, state = nnx.split(model)
+    return nnx.merge(graphdef, local_params(state))
 
 def is_main_process() -> bool:
     "Whether this is process 0 (the one that writes the run folder)."
