@@ -62,11 +62,13 @@ def trainer_config(cfg: RunConfig, stage: str, pad_id: int) -> TrainerConfig:
                                       shared_prefix=16, sharding=sharding_config(cfg.sharding),
                                       **extra))
 
-def loop_config(cfg: RunConfig, output_dir: str | Path) -> LoopConfig:
+def loop_config(cfg: RunConfig, output_dir: str | Path,
+                checkpoint_dir: str | Path | None = None) -> LoopConfig: # None: output_dir's
     "GRPO's online loop: steps, batch, mode, outputs and checkpoints, by `LoopConfig`'s names."
     kw = {k: v for sec in (cfg.collect, cfg.grpo, cfg.log, cfg.checkpoint)
           for k, v in same_names(sec, LoopConfig).items()}
-    return LoopConfig(**{**kw, 'steps': max(cfg.grpo.steps, 1), 'output_dir': str(output_dir)})
+    return LoopConfig(**{**kw, 'steps': max(cfg.grpo.steps, 1), 'output_dir': str(output_dir),
+                         'checkpoint_dir': None if checkpoint_dir is None else str(checkpoint_dir)})
 
 # %% ../../nbs/10_app/02_compose.ipynb #2ffb0ed0
 def _hf_policy(m):

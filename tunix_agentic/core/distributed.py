@@ -5,6 +5,7 @@
 # %% ../../nbs/00_core/04_distributed.ipynb #b2f32853
 from __future__ import annotations
 import logging, os
+from pathlib import Path
 from typing import Any, Mapping
 import numpy as np
 import jax
@@ -12,7 +13,7 @@ _log = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['ENV_VARS', 'job_args', 'init_distributed', 'host_value', 'host_float', 'local_params', 'local_module',
-           'is_main_process']
+           'is_main_process', 'process_folder']
 
 # %% ../../nbs/00_core/04_distributed.ipynb #3a6812f5
 ENV_VARS = {'coordinator': 'TUNIX_AGENTIC_COORDINATOR', 'num_processes': 'TUNIX_AGENTIC_NUM_PROCESSES',
@@ -69,3 +70,8 @@ def local_module(model: Any) -> Any:
 def is_main_process() -> bool:
     "Whether this is process 0 (the one that writes the run folder)."
     return jax.process_index() == 0
+
+def process_folder(root: str | Path) -> Path:
+    "This process's run folder: `root` on process 0, `root/process_<i>` on the others."
+    i = jax.process_index()
+    return Path(root) if i == 0 else Path(root) / f'process_{i}'
