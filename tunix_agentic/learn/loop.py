@@ -190,7 +190,8 @@ class OnlineLoop:
     @property
     def metrics_path(self) -> Path: return self.out / 'metrics.jsonl'
     @property
-    def checkpoint_dir(self) -> Path: return Path(self.cfg.checkpoint_dir or self.out / 'checkpoints')
+    def checkpoint_dir(self) -> Path:
+        return Path(self.cfg.checkpoint_dir or self.out / 'checkpoints')
     @property
     def plot_path(self) -> Path: return self.out / 'metrics.png'
     def next_tasks(self) -> list[dict]:
