@@ -20,8 +20,9 @@ def tensor_rules(s: ShardingSection) -> dict[str, str]:
             r'(o_proj|down_proj)/kernel': f'{t},{f}', r'(q_proj|k_proj|v_proj)/bias': t}
 
 def sharding_config(s: ShardingSection) -> ShardingConfig:
-    "The learner's `ShardingConfig` of the section (its rules, else `tensor_rules` for tensor > 1)."
+    "The learner's `ShardingConfig` of the section (its rules, else `tensor_rules` if tensor>1)."
     from jax.sharding import PartitionSpec as P
+    if not s.on_mesh: return ShardingConfig.no_sharding()  # one device
     rules = dict(s.rules) or (tensor_rules(s) if s.tensor != 1 else {})
     return ShardingConfig(params=s.params, batch_axes=tuple(s.batch_axes), fsdp_axis=s.fsdp_axis,
                           min_fsdp_size=s.min_fsdp_size,
