@@ -19,7 +19,8 @@ def test_train_refuses_a_mesh_the_devices_or_batch_do_not_fit(tmp_path, capsys, 
 
 
 # two GRPO updates of a tiny model on fixed episodes (rewards differ, so gradients are not 0),
-# then an orbax checkpoint every process writes into one folder, restored by every process
+# then an orbax checkpoint every process writes into one folder, restored by every process;
+# beside it, in each process, the same on that process's one device (the reference)
 WORKER = textwrap.dedent('''
     import json, sys
     pid, n, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -39,21 +40,26 @@ WORKER = textwrap.dedent('''
     trajs = [Trajectory(input_ids=rng.integers(3, 64, 10).tolist(), response_mask=[0] * 3 + [1] * 7,
                         logprobs=[0.0] * 3 + (-rng.random(7)).tolist(), reward=float(i % 3 == 0),
                         group_id=str(i // 4)) for i in range(8)]
-    mesh, sh = None, ShardingConfig.no_sharding()
-    if n > 1: mesh, sh = make_mesh(data=1, fsdp=-1), ShardingConfig.fsdp(min_fsdp_size=256)
-    cfg = TrainerConfig.tiny(learning_rate=1e-2, sharding=sh)
-    make = lambda: Trainer(Qwen2(mcfg, rngs=nnx.Rngs(0)), cfg, mesh=mesh)
-    tr = make()
-    losses = [tr.update(tr.batch_from(trajs))['loss'] for _ in range(2)]
-    tr.save(f'{out}/ckpt')
-    again = make()
-    step = again.restore(f'{out}/ckpt')
-    saved = [host_value(x) for x in jax.tree.leaves(tr.params)]
-    back = [host_value(x) for x in jax.tree.leaves(again.params)]
-    np.savez(f'{out}/params_{pid}.npz', *saved)
-    print('RESULT', json.dumps({'losses': losses, 'devices': len(jax.devices()), 'step': step,
-          'split': sum(not x.is_fully_addressable for x in jax.tree.leaves(tr.params)),
-          'restore_diff': max(float(np.abs(a - b).max()) for a, b in zip(saved, back))}))
+    def train(mesh, sh):  # two updates; on the mesh a checkpoint, restored into a fresh trainer
+        cfg = TrainerConfig.tiny(learning_rate=1e-2, sharding=sh)
+        make = lambda: Trainer(Qwen2(mcfg, rngs=nnx.Rngs(0)), cfg, mesh=mesh)
+        tr = make()
+        losses = [tr.update(tr.batch_from(trajs))['loss'] for _ in range(2)]
+        saved = [host_value(x) for x in jax.tree.leaves(tr.params)]
+        split = sum(not x.is_fully_addressable for x in jax.tree.leaves(tr.params))
+        if mesh is None: return losses, None, split, saved, None  # orbax: no host-local arrays
+        tr.save(f'{out}/ckpt')  # in a job of several processes
+        again = make()
+        step = again.restore(f'{out}/ckpt')
+        back = [host_value(x) for x in jax.tree.leaves(again.params)]
+        return losses, step, split, saved, max(float(np.abs(a - b).max()) for a, b in zip(saved, back))
+    # the learner over both processes (FSDP), and one on this process's device alone
+    res = {'mesh': train(make_mesh(data=1, fsdp=-1), ShardingConfig.fsdp(min_fsdp_size=256)),
+           'one': train(None, ShardingConfig.no_sharding())}
+    for k, (losses, step, split, saved, diff) in res.items():
+        np.savez(f'{out}/params_{k}_{pid}.npz', *saved)
+        res[k] = {'losses': losses, 'step': step, 'split': split, 'restore_diff': diff}
+    print('RESULT', json.dumps({**res, 'devices': len(jax.devices())}))
 ''')
 
 
@@ -77,15 +83,15 @@ def params(path: Path) -> list[np.ndarray]:
 
 @pytest.mark.timeout(240)
 def test_a_learner_over_two_processes_trains_as_one(tmp_path):
-    [one] = launch(tmp_path / 'one', 1)
-    two = launch(tmp_path / 'two', 2)
-    assert one['devices'] == 1 and all(r['devices'] == 2 and r['split'] > 0 for r in two)
-    for r in two:
-        assert np.allclose(r['losses'], one['losses'], rtol=1e-5, atol=1e-6), (r, one)
-        assert (r['step'], r['restore_diff']) == (2, 0.0)  # the checkpoint of both, back in both
-    p1 = params(tmp_path / 'one' / 'params_0.npz')
-    p20, p21 = (params(tmp_path / 'two' / f'params_{i}.npz') for i in (0, 1))
+    runs = launch(tmp_path, 2)
+    for r in runs:
+        one, two = r['one'], r['mesh']
+        assert r['devices'] == 2 and two['split'] > 0 and one['split'] == 0
+        assert np.allclose(two['losses'], one['losses'], rtol=1e-5, atol=1e-6), r
+        assert (two['step'], two['restore_diff']) == (2, 0.0)  # saved by both, restored in both
+    p1 = params(tmp_path / 'params_one_0.npz')
+    p20, p21 = (params(tmp_path / f'params_mesh_{i}.npz') for i in (0, 1))
     diff = max(float(np.abs(a - b).max()) for a, b in zip(p1, p20))
-    print('max abs param difference, 2 processes vs 1, after 2 updates:', diff)
+    print('max abs param difference, 2 processes vs 1 device, after 2 updates:', diff)
     assert 0 < max(float(np.abs(a).max()) for a in p1) and diff <= 1e-5
-    assert all((a == b).all() for a, b in zip(p20, p21))
+    assert all((a == b).all() for a, b in zip(p20, p21))  # both processes hold the same params
