@@ -9,7 +9,7 @@ from tunix_agentic.app.cli import main
 
 
 @pytest.mark.parametrize('over, says', [
-    (['sharding.fsdp=3'], 'sharding mesh (data=1, fsdp=3, tensor=1): expected sizes whose product is the 1'),
+    (['sharding.fsdp=3'], 'sharding mesh (data=1, fsdp=3, tensor=1): 3 devices; expected a mesh of the 1 devices here'),
     (['sharding.fsdp=-1', 'sharding.per_device_batch=3'], 'sharding.per_device_batch=3: expected 4'),
 ])
 def test_train_refuses_a_mesh_the_devices_or_batch_do_not_fit(tmp_path, capsys, over, says):

@@ -45,8 +45,9 @@ def run_mesh(cfg: RunConfig, devices: list | None = None): # default: `jax.devic
     try: mesh = make_mesh(*s.shape, devices=devs, axis_names=tuple(s.axis_names))
     except ValueError:
         need = math.prod(v for v in s.shape if v > 0)
-        raise ConfigError(f'sharding mesh ({_sizes(s)}): expected sizes whose product is the '
-                          f'{len(devs)} devices here (a multiple of {need} with a -1)') from None
+        fill = ' times a whole number (the -1 axis)' if -1 in s.shape else ''
+        raise ConfigError(f'sharding mesh ({_sizes(s)}): {need} devices{fill}; expected a mesh of '
+                          f'the {len(devs)} devices here') from None
     check_batches(cfg, batch_devices(cfg, mesh))
     return mesh
 
