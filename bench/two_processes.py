@@ -28,7 +28,7 @@ WORKER = textwrap.dedent('''
     over = ['sft.n_demos=16', 'sft.short_steps=2', 'sft.full_steps=0', 'sft.batch=4',
             'tasks.n_train=16', 'tasks.n_heldout=2', 'grpo.micro_batches=1',
             'checkpoint.save_every=0', 'log.progress=false', 'log.tensorboard=false',
-            f'log.output_dir={out}/p{pid}'] + (['sharding.data=-1'] if n > 1 else [])
+            f'log.output_dir={out}/run'] + (['sharding.data=-1'] if n > 1 else [])  # process 1: run/process_1
     run = Run.from_config('calculator_quick', overrides=over)
     losses = run.warm_start()
     rec = run.step()
@@ -38,7 +38,7 @@ WORKER = textwrap.dedent('''
     step = again.restore(f'{out}/ckpt')
     saved = [host_value(x) for x in jax.tree.leaves(run.learner.params)]
     back = [host_value(x) for x in jax.tree.leaves(again.params)]
-    np.savez(f'{out}/p{pid}/params.npz', *saved)
+    np.savez(f'{out}/params_{pid}.npz', *saved)
     res = {'losses': losses, 'grpo_loss': rec['loss'], 'devices': len(jax.devices()),
            'restored_step': step, 'wall_s': time.perf_counter() - t,
            'restore_diff': max(float(np.abs(a - b).max()) for a, b in zip(saved, back))}
@@ -66,11 +66,12 @@ def launch(out: Path, n: int) -> list[dict]:
 
 
 def params(out: Path, pid: int) -> list[np.ndarray]:
-    with np.load(out / f'p{pid}' / 'params.npz') as z: return [z[k] for k in sorted(z, key=lambda k: int(k.split('_')[1]))]
+    with np.load(out / f'params_{pid}.npz') as z: return [z[k] for k in sorted(z, key=lambda k: int(k.split('_')[1]))]
 
 
 def episodes(out: Path, pid: int) -> list:
-    rows = [json.loads(l) for f in sorted((out / f'p{pid}' / 'grpo' / 'rollouts').rglob('*.jsonl'))
+    run = out / 'run' / (f'process_{pid}' if pid else '')
+    rows = [json.loads(l) for f in sorted((run / 'grpo' / 'rollouts').rglob('*.jsonl'))
             for l in f.read_text().splitlines()]
     return [r.get('input_ids') for r in rows]
 
