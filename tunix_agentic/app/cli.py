@@ -102,14 +102,15 @@ def _sources(config: str, overrides: list[str]) -> tuple[list, list[str]]:
     return [config], list(overrides)
 
 # %% ../../nbs/10_app/04_cli.ipynb #784f66cf
-def _train(cfg, verbose: bool, seeds: list[int] | None = None, jobs: int = 1) -> int:
+def _train(cfg, verbose: bool, seeds: list[int] | None = None, jobs: int = 1,
+           folder: Path | None = None) -> int: # this process's run folder (None: output_dir)
     "Print the resolved config, train (several seeds: each in its own process), print the summary."
     _check_out(cfg.log.output_dir)
     saved = Path(cfg.log.output_dir) / 'config.yaml'
     if saved.is_file() and (saved.parent / 'grpo' / 'checkpoints').is_dir():
         check_resumable(saved, cfg)  # another run's checkpoint: refused first
     preflight(cfg)  # plugins, names and files (JAX loads last, for the loss's names)
-    lock_run_folder(cfg.log.output_dir)  # a second train into this folder: one line, exit 2
+    lock_run_folder(folder or cfg.log.output_dir)  # a second train into it: one line, exit 2
     print(f'# resolved config (saved as {saved})\n{to_yaml(cfg)}', flush=True)
     _quiet(verbose)
     from tunix_agentic.app.run import Run, run_seeds
@@ -124,10 +125,21 @@ def _train(cfg, verbose: bool, seeds: list[int] | None = None, jobs: int = 1) ->
           f"summaries {res['paths']['summaries']}")
     return 0
 
+def _join(args) -> bool:
+    "Join the `jax.distributed` job the flags or `TUNIX_AGENTIC_*` variables name; whether joined."
+    from tunix_agentic.core.distributed import job_args, init_distributed
+    kw = job_args(args.coordinator, args.num_processes, args.process_id)
+    if not (kw or args.distributed): return False
+    init_distributed(**kw)
+    return True
+
 def _cmd_train(args) -> int:
     "Train as the config says (resuming from the run folder's last checkpoint, if any)."
     sources, overrides = _sources(args.config, args.overrides)
-    return _train(load_config(*sources, overrides=overrides), args.verbose)
+    cfg = load_config(*sources, overrides=overrides)  # a config error before joining a job
+    if not _join(args): return _train(cfg, args.verbose)
+    from tunix_agentic.core.distributed import process_folder
+    return _train(cfg, args.verbose, folder=process_folder(cfg.log.output_dir))
 
 # %% ../../nbs/10_app/04_cli.ipynb #ab93545d
 def _cmd_demo(args) -> int:
@@ -199,6 +211,15 @@ def _int_in(lo: int, hi: int | None = None):
     return parse
 
 # %% ../../nbs/10_app/04_cli.ipynb #9b444d06
+def _job_flags(t):
+    "`train`'s flags for one process of a job over several hosts (`jax.distributed`)."
+    g = t.add_argument_group('several processes (one per host; default: TUNIX_AGENTIC_* variables)')
+    g.add_argument('--distributed', action='store_true',
+                   help='join a job whose coordinator the cluster names (TPU slice, SLURM)')
+    g.add_argument('--coordinator', metavar='HOST:PORT', help="process 0's address and a free port")
+    g.add_argument('--num-processes', type=_int_in(1), metavar='N', help='processes in the job')
+    g.add_argument('--process-id', type=_int_in(0), metavar='I', help="this process's index")
+
 def _run_commands(sub):
     t = sub.add_parser('train', help='train as a YAML config or preset says, with overrides',
                        epilog='every key, its type, default and meaning: tunix-agentic config')
@@ -206,6 +227,7 @@ def _run_commands(sub):
                    help=f'YAML file, run folder (resumes it) or preset: '
                         f'{", ".join(preset_names())}')
     t.add_argument('overrides', nargs='*', metavar='KEY=VALUE', help='e.g. grpo.steps=4 seed=1')
+    _job_flags(t)
     t.set_defaults(fn=_cmd_train)
     v = sub.add_parser('eval', help="held-out evaluation of a checkpoint (a config's model, tasks)")
     v.add_argument('config', metavar='CONFIG', help='YAML file, run folder or preset')

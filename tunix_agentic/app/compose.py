@@ -21,6 +21,8 @@ from .calc_tasks import SYSTEM_PROMPT, Teacher, demonstrations, diagnose
 from ..tools.builtin import exact_str, gsm8k_number
 from .config import RunConfig, ConfigError, load_config
 from .preflight import load_plugins
+from .mesh import sharding_config
+from ..core.distributed import local_module
 _log = logging.getLogger(__name__)
 
 # %% auto #0
@@ -57,13 +59,16 @@ def trainer_config(cfg: RunConfig, stage: str, pad_id: int) -> TrainerConfig:
                      loss=LossConfig(**same_names(s.loss, LossConfig)))
     if s.final_lr is not None: extra['decay_to'] = (max(updates, s.warmup_steps + 1), s.final_lr)
     return TrainerConfig(**same_names(s, TrainerConfig, buckets=BUCKETS, pad_id=pad_id,
-                                      shared_prefix=16, **extra))
+                                      shared_prefix=16, sharding=sharding_config(cfg.sharding),
+                                      **extra))
 
-def loop_config(cfg: RunConfig, output_dir: str | Path) -> LoopConfig:
+def loop_config(cfg: RunConfig, output_dir: str | Path,
+                checkpoint_dir: str | Path | None = None) -> LoopConfig: # None: output_dir's
     "GRPO's online loop: steps, batch, mode, outputs and checkpoints, by `LoopConfig`'s names."
     kw = {k: v for sec in (cfg.collect, cfg.grpo, cfg.log, cfg.checkpoint)
           for k, v in same_names(sec, LoopConfig).items()}
-    return LoopConfig(**{**kw, 'steps': max(cfg.grpo.steps, 1), 'output_dir': str(output_dir)})
+    return LoopConfig(**{**kw, 'steps': max(cfg.grpo.steps, 1), 'output_dir': str(output_dir),
+                         'checkpoint_dir': None if checkpoint_dir is None else str(checkpoint_dir)})
 
 # %% ../../nbs/10_app/02_compose.ipynb #2ffb0ed0
 def _hf_policy(m):
@@ -193,6 +198,7 @@ def engine_on_copy(model, tok, rows: int, max_batch: int = 64):
     "An engine over a copy of `model`'s current weights, which its later updates leave alone."
     import jax, jax.numpy as jnp
     from flax import nnx
+    model = local_module(model)  # whole on this host (a learner on several processes)
     twin = nnx.clone(model)
     nnx.update(twin, jax.tree.map(jnp.copy, nnx.state(model)))
     return make_engine(twin, tok, rows, max_batch)

@@ -8,9 +8,10 @@ import dataclasses, importlib.resources, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
-from .sections import (ConfigError, check, ModelSection, ChatSection, TasksSection,
+from tunix_agentic.app.sections import (ConfigError, check, ModelSection, ChatSection, TasksSection,
     EnvSection, AgentSection, EpisodeSection, CollectSection, EngineSection, WorkersSection,
-    SFTSection, GRPOSection, EvalSection, LogSection, CheckpointSection)
+    SFTSection, GRPOSection, EvalSection, LogSection, CheckpointSection,
+    ShardingSection)
 
 # %% auto #0
 __all__ = ['PRESETS', 'RENAMED', 'RunConfig', 'preset_names', 'config_path', 'packaged_file', 'load_config', 'to_yaml',
@@ -35,6 +36,7 @@ class RunConfig:
     eval: EvalSection = field(default_factory=EvalSection)
     log: LogSection = field(default_factory=LogSection)
     checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
+    sharding: ShardingSection = field(default_factory=ShardingSection)
     def __post_init__(self):
         s, g, c = self.sft, self.grpo, self.collect
         check(s.n_demos <= self.tasks.n_train, 'sft.n_demos', s.n_demos,

@@ -223,7 +223,7 @@ def lock_run_folder(folder: str | Path) -> Path:
     return d
 
 # %% ../../nbs/10_app/01a_preflight.ipynb #78678d3e
-RESUMABLE = ('grpo.steps', 'log.', 'checkpoint.')  # may differ when a run folder is resumed
+RESUMABLE = ('grpo.steps', 'log.', 'checkpoint.', 'sharding.')  # may differ on a resume
 POLICY = ('model.', 'chat.', 'env.', 'agent.')  # what `eval` of a checkpoint must share with it
 
 def _differences(saved: str | Path, cfg: RunConfig, keep) -> str:

@@ -15,6 +15,8 @@ from ..learn.loop import (OnlineLoop, MetricSinks, read_metrics, latest_per_step
 from ..rollout.dumps import DumpWriter
 from .config import RunConfig, ConfigError, load_config, to_yaml
 from .preflight import preflight, load_tasks, lock_run_folder, check_resumable
+from .mesh import learner_mesh
+from ..core.distributed import local_module, process_folder
 from .compose import (build_policy, make_engine, make_collector, evaluate,
                                        engine_on_copy, evaluate_both, teacher_demonstrations,
                                        sft_warm_start, diagnosis_of, env_factory, agent_factory,
@@ -65,9 +67,10 @@ class Run:
     "A training run built from a `RunConfig`."
     def __init__(self, cfg: RunConfig):
         preflight(cfg)
-        self.cfg, self.out = cfg, Path(cfg.log.output_dir)
+        self.cfg, self.out = cfg, process_folder(cfg.log.output_dir)  # process 0: output_dir
         self.train_tasks, self.heldout = load_tasks(cfg)
         self.model, self.tok = build_policy(cfg)
+        self.mesh = learner_mesh(cfg, self.model)  # None: one device (`sharding:` all 1s)
         self.pad_id = self.tok.convert_tokens_to_ids(cfg.chat.pad_token)
         if self.pad_id is None or self.pad_id == self.tok.unk_token_id:
             raise ConfigError(f'chat.pad_token={cfg.chat.pad_token!r}: not in the tokenizer')
@@ -89,7 +92,8 @@ class Run:
         return cls(load_config(*sources, overrides=overrides))
 
     @property
-    def checkpoint_dir(self) -> Path: return self.out / 'grpo' / 'checkpoints'
+    def checkpoint_dir(self) -> Path:  # one for all processes: each writes its shards there
+        return Path(self.cfg.log.output_dir) / 'grpo' / 'checkpoints'
     def has_checkpoint(self) -> bool:
         d = self.checkpoint_dir
         return d.is_dir() and any(p.name.isdigit() for p in d.iterdir())
@@ -108,7 +112,7 @@ def _warm_start(self: Run) -> list[float]:
     t = time.perf_counter()
     demos = teacher_demonstrations(self.train_tasks, self.tok, c)
     self.times['demonstrations_s'] = time.perf_counter() - t
-    sft = Trainer(self.model, trainer_config(c, 'sft', self.pad_id))
+    sft = Trainer(self.model, trainer_config(c, 'sft', self.pad_id), mesh=self.mesh)
     t = time.perf_counter()
     self.sft_losses = sft_warm_start(sft, demos, c, self.sinks)
     self.times['sft_s'] = time.perf_counter() - t
@@ -122,7 +126,8 @@ Run.warm_start = _warm_start
 # %% ../../nbs/10_app/03_run.ipynb #fe1cb72b
 def _learner(self: Run) -> Trainer:
     if self._learner is None:
-        self._learner = Trainer(self.model, trainer_config(self.cfg, 'grpo', self.pad_id))
+        self._learner = Trainer(self.model, trainer_config(self.cfg, 'grpo', self.pad_id),
+                                mesh=self.mesh)
     return self._learner
 
 def _rows(self: Run) -> int:
@@ -131,7 +136,8 @@ def _rows(self: Run) -> int:
 
 def _engine(self: Run):
     if self._engine is None:
-        self._engine = make_engine(self.model, self.tok, self.rows, self.cfg.engine.max_batch)
+        self._engine = make_engine(local_module(self.model), self.tok, self.rows,
+                                   self.cfg.engine.max_batch)  # this host's own engine
     return self._engine
 
 Run.learner, Run.rows, Run.engine = property(_learner), property(_rows), property(_engine)
@@ -141,7 +147,7 @@ def _loop(self: Run) -> OnlineLoop:
     if self._loop is None:
         c = self.cfg
         lock_run_folder(self.out)  # the loop writes checkpoints there
-        lcfg = loop_config(c, self.out / 'grpo')
+        lcfg = loop_config(c, self.out / 'grpo', self.checkpoint_dir)
         coll = (make_collector(self.engine, self.tok, c, c.collect.group_size, c.seed,
                                c.episode.sampling.temperature) if c.workers.kind == 'none'
                 else make_worker_pool(c, self.rows))  # workers build their own engines
@@ -184,7 +190,7 @@ Run.evaluate, Run._on_step = _evaluate, _on_step
 def _save(self: Run, path: str | Path | None = None) -> Path:
     "The current policy as an HF-format folder (default `<output_dir>/model`)."
     path = Path(path or self.out / 'model')
-    model = self._learner.model if self._learner is not None else self.model
+    model = local_module(self._learner.model if self._learner is not None else self.model)
     if type(model).__name__ == 'Gemma3': from tunix_agentic.models.gemma3 import save_hf
     else: from tunix_agentic.models.qwen2 import save_hf
     save_hf(model, model.cfg, path)

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 # %% auto #0
-__all__ = ['MODEL_SOURCES', 'HF_FAMILIES', 'DTYPES', 'ENGINES', 'WORKERS', 'ConfigError', 'check', 'at_least', 'in_range',
-           'ModelSection', 'ChatSection', 'TasksSection', 'EnvSection', 'AgentSection', 'SamplingSection',
+__all__ = ['MODEL_SOURCES', 'HF_FAMILIES', 'DTYPES', 'ENGINES', 'WORKERS', 'MESH_AXES', 'ConfigError', 'check', 'at_least',
+           'in_range', 'ModelSection', 'ChatSection', 'TasksSection', 'EnvSection', 'AgentSection', 'SamplingSection',
            'EpisodeSection', 'CollectSection', 'EngineSection', 'WorkersSection', 'OptimSection', 'SFTSection',
-           'LossSection', 'GRPOSection', 'EvalSection', 'LogSection', 'CheckpointSection']
+           'LossSection', 'GRPOSection', 'EvalSection', 'LogSection', 'CheckpointSection', 'parse_spec',
+           'ShardingSection']
 
 # %% ../../nbs/10_app/00a_sections.ipynb #4dafc353
 class ConfigError(ValueError):
@@ -248,3 +249,46 @@ class CheckpointSection:
     def __post_init__(self):
         at_least(self, 'checkpoint', ('save_every',), 0)
         at_least(self, 'checkpoint', ('keep_checkpoints',))
+
+# %% ../../nbs/10_app/00a_sections.ipynb #b0b8ecb2
+MESH_AXES = ('data', 'fsdp', 'tensor')
+
+def parse_spec(text: str) -> tuple:
+    "A rule's spec, `'fsdp,tensor'` -> ('fsdp', 'tensor'): per dim an axis, `a+b`, or '' (none)."
+    dims = [d.strip() for d in text.split(',')]
+    return tuple(None if d in ('', 'none', 'None') else tuple(d.split('+')) if '+' in d else d
+                 for d in dims)
+
+@dataclass(frozen=True, kw_only=True)
+class ShardingSection:
+    "The learner's device mesh and how params and batches lie on it (`ShardingConfig`'s names)."
+    data: int = 1                   # devices along the data axis (-1: those left over)
+    fsdp: int = 1                   # devices along the fsdp axis (params split over it)
+    tensor: int = 1                 # devices along the tensor axis (params split by `rules`)
+    axis_names: list[str] = field(default_factory=lambda: list(MESH_AXES))  # the 3 axes' names
+    params: str = 'replicate'       # 'replicate' | 'fsdp' (each big param split over fsdp_axis)
+    fsdp_axis: str = 'fsdp'         # the mesh axis FSDP splits params over
+    batch_axes: list[str] = field(default_factory=lambda: ['data', 'fsdp'])  # split a batch's rows
+    min_fsdp_size: int = 1024       # params with fewer elements stay replicated
+    rules: dict[str, str] = field(default_factory=dict)  # param path regex: spec ('fsdp,tensor')
+    per_device_batch: int = 0       # rows per GRPO update on each batch device (0: not checked)
+    def __post_init__(self):
+        sizes, names = [self.data, self.fsdp, self.tensor], list(self.axis_names)
+        check(all(s == -1 or s >= 1 for s in sizes) and sizes.count(-1) <= 1, 'sharding.mesh',
+              dict(zip(MESH_AXES, sizes)), 'sizes >= 1, at most one -1 (the devices left over)')
+        check(len(names) == 3 and len(set(names)) == 3, 'sharding.axis_names', names,
+              'three different names')
+        check(self.params in ('replicate', 'fsdp'), 'sharding.params', self.params,
+              "'replicate' or 'fsdp'")
+        check(self.fsdp_axis in names, 'sharding.fsdp_axis', self.fsdp_axis, f'one of {names}')
+        check(set(self.batch_axes) <= set(names), 'sharding.batch_axes', list(self.batch_axes),
+              f'axes among {names}')
+        for pat, spec in self.rules.items():
+            used = {a for d in parse_spec(spec) for a in ((d,) if isinstance(d, str) else d or ())}
+            check(used <= set(names), f'sharding.rules[{pat!r}]', spec,
+                  f'comma-separated dims, each empty or axes among {names} (joined by +)')
+        at_least(self, 'sharding', ('min_fsdp_size', 'per_device_batch'), 0)
+    @property
+    def shape(self) -> tuple[int, int, int]: return (self.data, self.fsdp, self.tensor)
+    @property
+    def on_mesh(self) -> bool: return self.shape != (1, 1, 1)

@@ -17,6 +17,7 @@ from flax import nnx
 from ..models.decoder import DecoderConfig, DecoderModel, KVCache
 from ..chat.tokens import common_prefix_len
 from .prefix_cache import PrefixCache
+from ..core.distributed import local_params
 from .engine import BaseEngine, GenerateOutput, SamplingParams, as_params_list
 
 _log = logging.getLogger(__name__)
@@ -214,7 +215,8 @@ def update_params(self: JaxEngine, params: Any, version: int | None = None):
         want = jax.tree.structure(nnx.state(self.model))
         if jax.tree.structure(params) != want:
             raise ValueError(f'update_params: state tree does not match the model ({want})')
-        self._state = jax.tree.map(lambda a: a, params)   # new containers, same arrays
+        self._state = local_params(jax.tree.map(lambda a: a, params))  # new containers
+        # (same arrays; those of a learner on several processes copied whole to this host)
     else: raise TypeError(f'update_params expects an nnx.Module or nnx.State, got {type(params)}')
     if self.prefix_cache is not None: self.prefix_cache.clear()  # computed with the old weights
     super(JaxEngine, self).update_params(params, version)

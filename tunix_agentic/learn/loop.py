@@ -17,6 +17,7 @@ from ..rollout.dumps import DumpWriter, read_jsonl
 from ..rollout.metrics import plot_rows, step_metrics
 from ..core.sync import run_sync
 from ..rollout.collector import Collector
+from ..core.distributed import is_main_process
 _log = logging.getLogger(__name__)
 
 # %% auto #0
@@ -33,6 +34,7 @@ class LoopConfig:
     max_staleness: int = 1          # async: drop episodes more than this many versions old
     queue_size: int = 2             # async: collected batches waiting for the learner, at most
     output_dir: str = 'runs/loop'   # metrics.jsonl, metrics.png, rollouts/, checkpoints/
+    checkpoint_dir: str | None = None  # orbax checkpoints (None: output_dir/checkpoints)
     dump_rollouts: bool = True      # write every step's trajectories to rollouts/
     plot_every: int = 1             # redraw metrics.png every this many steps (0 = only at the end)
     save_every: int = 0             # orbax checkpoint period in steps (0 = never)
@@ -188,6 +190,9 @@ class OnlineLoop:
     @property
     def metrics_path(self) -> Path: return self.out / 'metrics.jsonl'
     @property
+    def checkpoint_dir(self) -> Path:
+        return Path(self.cfg.checkpoint_dir or self.out / 'checkpoints')
+    @property
     def plot_path(self) -> Path: return self.out / 'metrics.png'
     def next_tasks(self) -> list[dict]:
         "The next `tasks_per_step` task rows (cycling through the list)."
@@ -257,14 +262,15 @@ def load_state_dict(self: OnlineLoop, d: dict):
 def save_checkpoint(self: OnlineLoop) -> Path:
     "An orbax checkpoint of the learner at its step, with the loop's state beside it."
     if self.sinks is not None: self.sinks.flush()  # what a resume skips is on disk first
-    d = self.trainer.save(self.out / 'checkpoints', max_to_keep=self.cfg.keep_checkpoints)
-    (d.parent / f'loop_{self.trainer.step}.json').write_text(json.dumps(self.state_dict()))
+    d = self.trainer.save(self.checkpoint_dir, max_to_keep=self.cfg.keep_checkpoints)
+    if is_main_process():  # every process saves its shards; process 0 writes the loop's state
+        (d.parent / f'loop_{self.trainer.step}.json').write_text(json.dumps(self.state_dict()))
     return d
 
 @patch
 def resume(self: OnlineLoop) -> int:
     "Load the latest checkpoint under `out/checkpoints`, if any; returns the next step."
-    ck = self.out / 'checkpoints'
+    ck = self.checkpoint_dir
     if not (ck.is_dir() and any(p.name.isdigit() for p in ck.iterdir())): return self.next_step
     step = self.trainer.restore(ck)
     self.load_state_dict(json.loads((ck / f'loop_{step}.json').read_text()))

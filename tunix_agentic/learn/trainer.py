@@ -20,6 +20,7 @@ from .batching import (trajectory_advantages, make_batch,
                                           length_sorted_micro_batches, group_mini_batches)
 from .memory import policy_logprobs, with_state_dtype
 from .sharding import ShardingConfig, shard_tree, shard_batch
+from ..core.distributed import host_float
 from ..models.decoder import DecoderModel, KVCache
 _log = logging.getLogger(__name__)
 from ..core.registry import Registry
@@ -219,7 +220,7 @@ def update(self: Trainer, batch: dict, kind: str = 'grpo') -> dict[str, float]:
     self._params, self.opt_state, m = _donating_step(params, self.opt_state, self.rest,
         self.ref_params, batch, graphdef=self.graphdef, tx=self.tx, kind=kind, cfg=self.cfg)
     self.step, self._own = self.step + 1, True  # new arrays nobody else has seen
-    return {k: float(v) for k, v in m.items()}
+    return {k: host_float(v) for k, v in m.items()}  # host_float: also across processes
 
 # %% ../../nbs/07_learn/02_trainer.ipynb #0eabe5eb
 @patch
@@ -275,8 +276,8 @@ def _length_sorted_update(self: Trainer, batch: dict, kind: str) -> dict[str, fl
     self._params, self.opt_state, gnorm = _apply_grads[self._own](self._params, self.opt_state, g,
                                                                   tx=self.tx)
     self.step, self._own = self.step + 1, True
-    return {**{k: float(v) for k, v in m.items()}, 'tokens': float(units[:, 1].sum()),
-            'grad_norm': float(gnorm)}
+    return {**{k: host_float(v) for k, v in m.items()}, 'tokens': float(units[:, 1].sum()),
+            'grad_norm': host_float(gnorm)}
 
 # %% ../../nbs/07_learn/02_trainer.ipynb #46d71373
 @patch
