@@ -173,19 +173,21 @@ def test_widget_outputs_become_static_html():
 
 
 def test_skip_guards_name_real_extras():
-    "A notebook's skip guard names an extra of settings.ini whose requirements hold its modules."
+    "Each notebook's skip guard is one `require(extra, *modules)` naming an extra of settings.ini."
     cfg, guarded = _cfg(), 0
     for nb in sorted((ROOT / 'nbs').rglob('*.ipynb')):
         for c in json.loads(nb.read_text())['cells']:
             src = ''.join(c['source'])
-            if 'class MissingExtra' not in src: continue
+            if nb.name == '04_extras.ipynb': continue  # require's own notebook
+            assert '_render_traceback_' not in src, f'{nb.name}: a guard of its own, not require'
+            call = re.search(r'^require\((.*)\)$', src, re.M)
+            if not call: continue
             guarded += 1
-            extra = re.search(r"pip install -e '\.\[(\w+)\]'", src).group(1)
+            extra, *mods = re.findall(r"'(\w+)'", call.group(1))
             reqs = {re.split(r'[\[<>=]', r)[0].replace('-', '_')
                     for r in cfg[f'{extra}_requirements'].split()}
-            mods = re.findall(r"'(\w+)'", re.search(r'_needs = \(([^)]*)\)', src).group(1))
-            assert set(mods) <= reqs, (nb.name, mods, reqs)
-    assert guarded >= 5
+            assert set(mods or [extra]) <= reqs, (nb.name, mods, reqs)
+    assert guarded >= 10
 
 
 def test_deploy_workflow_builds_with_the_docs_script():
