@@ -172,16 +172,15 @@ Run.save = _save
 def _stepper(self: Run):
     "The episode stepper widget over the held-out problems, on the current policy."
     from flax import nnx
-    from tunix_agentic.rollout.collector import CollectConfig
     from tunix_agentic.rollout.episode import EpisodeConfig
     from tunix_agentic.ui.stepper import EpisodeStepper
     eng = engine_on_copy(self.model, self.tok, 1, 1)
     if self._learner is not None:
         eng.update_params(nnx.state(self._learner.model), self._learner.step)
     ep = episode_config(self.cfg)  # a stepper's timeout is one turn's: EpisodeConfig's own
-    ccfg = CollectConfig(episode=EpisodeConfig(max_seq_len=ep.max_seq_len, sampling=ep.sampling))
+    config = EpisodeConfig(max_seq_len=ep.max_seq_len, sampling=ep.sampling)
     return EpisodeStepper({self.cfg.env.env: env_factory(self.cfg)}, self.heldout, self.tok,
-                          engines={'policy': eng}, config=ccfg, agent_fn=agent_factory(self.cfg))
+                          engines={'policy': eng}, config=config, agent_fn=agent_factory(self.cfg))
 Run.stepper = _stepper
 
 # %% ../../nbs/10_app/03_run.ipynb #f9aa4fbf
