@@ -12,7 +12,7 @@ from ..rollout.metrics import flatten_metrics
 from ..core.trajectory import Action, Step, ToolCall, Trajectory, TrajectoryStatus
 
 # %% auto #0
-__all__ = ['MASK_COLORS', 'TYPED_COLOR', 'esc', 'status_badge', 'render_message', 'render_chat', 'contrast_ratio',
+__all__ = ['TYPED_COLOR', 'MASK_COLORS', 'esc', 'status_badge', 'render_message', 'render_chat', 'contrast_ratio',
            'render_tokens', 'typed_flags', 'render_trajectory', 'Shows']
 
 # %% ../../nbs/08_ui/00_render.ipynb #01a169ec
@@ -24,6 +24,7 @@ def esc(x: Any) -> str:
 _STATUS_COLORS = {'done': '#2e7d32', 'error': '#c62828', 'cancelled': '#6d4c41',
                   'timeout': '#ef6c00', 'max_turns': '#ef6c00', 'max_length': '#ef6c00',
                   'pending': '#546e7a', 'running': '#1565c0', 'tool_calling': '#6a1b9a'}
+TYPED_COLOR = '#bf360c'  # what a person typed: the chat's badge and the token strip alike
 
 def _badge(text: str, color: str = '#546e7a') -> str:
     return (f'<span style="background:{color};color:#fff;border-radius:3px;padding:0 5px;'
@@ -58,7 +59,7 @@ def _step_html(step: Step) -> str:
     a = step.action or Action()
     parts = [_badge(f'reward {step.reward:g}', '#37474f')]
     if step.done: parts.append(_badge('done', '#2e7d32'))
-    if step.source == 'human': parts.append(_badge('typed by a person', '#00838f'))
+    if step.source == 'human': parts.append(_badge('typed by a person', TYPED_COLOR))
     if step.finish_reason == 'length':
         parts.append(_badge('cut at max tokens', '#ef6c00'))
     parts += [_badge(f'parse error: {e}', '#c62828') for e in a.parse_errors]
@@ -100,7 +101,6 @@ def render_chat(messages: Sequence[Mapping], # OpenAI-style chat messages
 
 # %% ../../nbs/08_ui/00_render.ipynb #e9df178e
 MASK_COLORS = {1: '#1565c0', 0: '#eeeeee'}  # response_mask value -> background
-TYPED_COLOR = '#bf360c'  # background of mask-1 tokens a person typed
 _TOKEN_STYLES = {  # never colour alone: weight, underline and italics tell the kinds apart too
     'sampled': f'background:{MASK_COLORS[1]};color:#fff;font-weight:bold;text-decoration:underline',
     'typed': f'background:{TYPED_COLOR};color:#fff;font-style:italic;'
