@@ -2542,6 +2542,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                          'tunix_agentic.ui.render.contrast_ratio': ( '08_ui/render.html#contrast_ratio',
                                                                                      'tunix_agentic/ui/render.py'),
                                          'tunix_agentic.ui.render.esc': ('08_ui/render.html#esc', 'tunix_agentic/ui/render.py'),
+                                         'tunix_agentic.ui.render.head_len': ('08_ui/render.html#head_len', 'tunix_agentic/ui/render.py'),
                                          'tunix_agentic.ui.render.render_chat': ( '08_ui/render.html#render_chat',
                                                                                   'tunix_agentic/ui/render.py'),
                                          'tunix_agentic.ui.render.render_message': ( '08_ui/render.html#render_message',
