@@ -82,6 +82,10 @@ def widget_html(state: dict, model_id: str) -> str:
     name, value, label = s.get('_model_name', ''), s.get('value'), s.get('description', '')
     if name in ('HTMLModel', 'HTMLMathModel'): return str(value or '')
     if name == 'OutputModel': return ''.join(output_html(o) for o in s.get('outputs', []))
+    if name == 'ImageModel':  # its picture is a binary buffer, kept beside the state (`pictures`)
+        b64 = s.get('value_base64')
+        return (f'<img style="max-width:100%" src="data:image/{s.get("format", "png")};base64,{b64}">'
+                if b64 else '')
     if 'children' in s:
         side = 'row' if name == 'HBoxModel' else 'column'
         kids = ''.join(widget_html(state, c) for c in s['children'])
@@ -102,6 +106,15 @@ def output_html(o) -> str:
     if 'text/html' in data: return data['text/html']
     text = o.get('text') or data.get('text/plain', '')
     return f'<pre>{html.escape(text)}</pre>' if text else ''
+
+
+def pictures(state: dict, buffers: dict) -> dict:
+    "The saved state with each widget's binary `value` (an Image's picture) as `value_base64`."
+    out = {k: dict(v) for k, v in state.items()}
+    for model_id, bufs in buffers.items():
+        if ('value',) in bufs and model_id in out:
+            out[model_id]['value_base64'] = bufs[('value',)]['data']
+    return out
 
 
 def static_widgets(nb, state: dict):
@@ -170,7 +183,7 @@ def run_one(path: Path, limit_s: float, save: Path | None, run_flags: set[str]) 
     log.close()
     row['seconds'] = time.time() - start
     if save:
-        static_widgets(nb, client.widget_state)
+        static_widgets(nb, pictures(client.widget_state, client.widget_buffers))
         out = save / path.relative_to(NBS)
         out.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, out)

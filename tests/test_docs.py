@@ -170,6 +170,11 @@ def test_widget_outputs_become_static_html():
     assert '<b>strip</b>' in html and '<button disabled>Step</button>' in html
     assert 'task <code>b</code>' in html and 'hidden' not in html and 'flex-direction:row' in html
     assert run_notebooks.widget_html(state, 'out') == '<img src="data:image/png;base64,iVBO">'
+    state['img'] = {'_model_name': 'ImageModel', 'format': 'png'}  # the viewer's plot
+    assert run_notebooks.widget_html(state, 'img') == ''  # no picture yet
+    state = run_notebooks.pictures(state, {'img': {('value',): {'data': 'iVBO', 'path': ['value']}}})
+    assert run_notebooks.widget_html(state, 'img') == ('<img style="max-width:100%" '
+                                                       'src="data:image/png;base64,iVBO">')
 
 
 def test_skip_guards_name_real_extras():
