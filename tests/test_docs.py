@@ -195,6 +195,22 @@ def test_skip_guards_name_real_extras():
     assert guarded >= 10
 
 
+def test_run_all_stops_where_an_extra_is_missing(tmp_path, monkeypatch):
+    "The kernel runner stops at a MissingExtra as Run All does: not an error; later cells not run."
+    import nbformat
+    monkeypatch.setattr(run_notebooks, 'ROOT', tmp_path)
+    monkeypatch.setattr(run_notebooks, 'skip_flags', lambda: set())
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in [
+        'x = 1', 'from tunix_agentic.core.extras import require', "require('server', 'no_such_mod')",
+        'undefined_name']])
+    nbformat.write(nb, tmp_path / 'guarded.ipynb')
+    monkeypatch.setenv('PYTHONPATH', str(ROOT))
+    row = run_notebooks.run_one(tmp_path / 'guarded.ipynb', 120, None, set())
+    assert (row['run'], row['errors']) == (3, []), row
+    assert row['stopped'] == ("cell 2: this notebook needs the server extra (no_such_mod missing): "
+                              "pip install -e '.[server]'"), row
+
+
 def test_deploy_workflow_builds_with_the_docs_script():
     "The Pages workflow (nbdev's usual form) builds with .ci/docs.py and publishes _docs."
     text = (ROOT / '.github' / 'workflows' / 'deploy.yaml').read_text()
