@@ -10,7 +10,8 @@ need a TPU, a network or hours must guard themselves in code (a flag a user can 
 kernel ignores nbdev's flags.
 
 Every cell runs even after an error (one run shows all the broken cells); a notebook stops at its
-time limit. Prints a table (seconds, cells run, skipped, error cells, largest output) and exits 1
+time limit, or where it raises `MissingExtra` (`core.extras.require`: an optional extra is not
+installed), as a user's Run All stops there: not an error, the line says which extra. Prints a table (seconds, cells run, skipped, error cells, largest output) and exits 1
 on any error cell, a notebook over its time limit, or a cell output over the size limit (a wall of
 warnings).
 
@@ -82,6 +83,10 @@ def widget_html(state: dict, model_id: str) -> str:
     name, value, label = s.get('_model_name', ''), s.get('value'), s.get('description', '')
     if name in ('HTMLModel', 'HTMLMathModel'): return str(value or '')
     if name == 'OutputModel': return ''.join(output_html(o) for o in s.get('outputs', []))
+    if name == 'ImageModel':  # its picture is a binary buffer, kept beside the state (`pictures`)
+        b64 = s.get('value_base64')
+        return (f'<img style="max-width:100%" src="data:image/{s.get("format", "png")};base64,{b64}">'
+                if b64 else '')
     if 'children' in s:
         side = 'row' if name == 'HBoxModel' else 'column'
         kids = ''.join(widget_html(state, c) for c in s['children'])
@@ -102,6 +107,15 @@ def output_html(o) -> str:
     if 'text/html' in data: return data['text/html']
     text = o.get('text') or data.get('text/plain', '')
     return f'<pre>{html.escape(text)}</pre>' if text else ''
+
+
+def pictures(state: dict, buffers: dict) -> dict:
+    "The saved state with each widget's binary `value` (an Image's picture) as `value_base64`."
+    out = {k: dict(v) for k, v in state.items()}
+    for model_id, bufs in buffers.items():
+        if ('value',) in bufs and model_id in out:
+            out[model_id]['value_base64'] = bufs[('value',)]['data']
+    return out
 
 
 def static_widgets(nb, state: dict):
@@ -129,7 +143,7 @@ def run_one(path: Path, limit_s: float, save: Path | None, run_flags: set[str]) 
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     flags = skip_flags() - run_flags
     row = dict(notebook=str(path.relative_to(ROOT)), run=0, skipped=0, errors=[], max_output=0,
-               timed_out=False, seconds=0.0)
+               timed_out=False, seconds=0.0, stopped='')
     try: nb = nbformat.read(path, as_version=4)
     except Exception as e:  # gone (renamed while queued) or not a notebook
         row['errors'].append((-1, type(e).__name__, str(e).strip()[:120]))
@@ -159,9 +173,11 @@ def run_one(path: Path, limit_s: float, save: Path | None, run_flags: set[str]) 
                     break
                 row['run'] += 1
                 row['max_output'] = max(row['max_output'], len(output_text(cell)))
-                for o in cell.get('outputs', []):
-                    if o.output_type == 'error':
-                        row['errors'].append((i, o.ename, str(o.evalue).strip()[:120]))
+                errors = [o for o in cell.get('outputs', []) if o.output_type == 'error']
+                if any(o.ename == 'MissingExtra' for o in errors):  # Run All stops here
+                    row['stopped'] = f'cell {i}: {errors[0].evalue}'
+                    break
+                row['errors'] += [(i, o.ename, str(o.evalue).strip()[:120]) for o in errors]
     except Exception as e:  # the kernel would not start, or died between cells
         row['errors'].append((-1, type(e).__name__, str(e).strip()[:120]))
     if any(name == 'DeadKernelError' or i < 0 for i, name, _ in row['errors']):
@@ -170,7 +186,7 @@ def run_one(path: Path, limit_s: float, save: Path | None, run_flags: set[str]) 
     log.close()
     row['seconds'] = time.time() - start
     if save:
-        static_widgets(nb, client.widget_state)
+        static_widgets(nb, pictures(client.widget_state, client.widget_buffers))
         out = save / path.relative_to(NBS)
         out.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, out)
@@ -200,7 +216,8 @@ def main() -> int:
                          timed_out=False, seconds=0.0)
             rows.append(r)
             mark = 'ok' if not r['errors'] and r['max_output'] <= MAX_OUTPUT_CHARS else 'FAIL'
-            print(f'  {mark:4} {r["notebook"]} ({r["seconds"]:.1f} s)', flush=True)
+            stop = f'; stopped at {r["stopped"]}' if r.get('stopped') else ''
+            print(f'  {mark:4} {r["notebook"]} ({r["seconds"]:.1f} s{stop})', flush=True)
     rows.sort(key=lambda r: r['notebook'])
     width = max(len(r['notebook']) for r in rows)
     print(f'\n{"notebook":{width}}  seconds  cells run  skipped  error cells  '
@@ -212,14 +229,16 @@ def main() -> int:
     for r in rows:
         for i, name, msg in r['errors']:
             print(f'ERROR {r["notebook"]} cell {i}: {name}: {msg}')
+        if r.get('stopped'): print(f'STOPPED {r["notebook"]} {r["stopped"]}')
         if r.get('kernel_log'): print(f'kernel stderr (end):\n{r["kernel_log"]}')
         if r['timed_out']: print(f'ERROR {r["notebook"]}: over the {args.limit_s:.0f} s limit')
         if r['max_output'] > MAX_OUTPUT_CHARS:
             print(f'ERROR {r["notebook"]}: a cell printed {r["max_output"]:,} characters '
                   f'(limit {MAX_OUTPUT_CHARS:,}); summarise long outputs')
         failed += bool(r['errors'] or r['timed_out'] or r['max_output'] > MAX_OUTPUT_CHARS)
-    total = sum(len(r['errors']) for r in rows)
+    total, stopped = sum(len(r['errors']) for r in rows), sum(bool(r.get('stopped')) for r in rows)
     print(f'{len(rows)} notebooks, {total} error cells, {failed} failed, '
+          f'{stopped} stopped for a missing extra, '
           f'{time.time() - start:.0f} s wall, slowest {max(r["seconds"] for r in rows):.1f} s')
     return 1 if failed else 0
 

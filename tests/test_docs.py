@@ -170,22 +170,45 @@ def test_widget_outputs_become_static_html():
     assert '<b>strip</b>' in html and '<button disabled>Step</button>' in html
     assert 'task <code>b</code>' in html and 'hidden' not in html and 'flex-direction:row' in html
     assert run_notebooks.widget_html(state, 'out') == '<img src="data:image/png;base64,iVBO">'
+    state['img'] = {'_model_name': 'ImageModel', 'format': 'png'}  # the viewer's plot
+    assert run_notebooks.widget_html(state, 'img') == ''  # no picture yet
+    state = run_notebooks.pictures(state, {'img': {('value',): {'data': 'iVBO', 'path': ['value']}}})
+    assert run_notebooks.widget_html(state, 'img') == ('<img style="max-width:100%" '
+                                                       'src="data:image/png;base64,iVBO">')
 
 
 def test_skip_guards_name_real_extras():
-    "A notebook's skip guard names an extra of settings.ini whose requirements hold its modules."
+    "Each notebook's skip guard is one `require(extra, *modules)` naming an extra of settings.ini."
     cfg, guarded = _cfg(), 0
     for nb in sorted((ROOT / 'nbs').rglob('*.ipynb')):
         for c in json.loads(nb.read_text())['cells']:
             src = ''.join(c['source'])
-            if 'class MissingExtra' not in src: continue
+            if nb.name == '04_extras.ipynb': continue  # require's own notebook
+            assert '_render_traceback_' not in src, f'{nb.name}: a guard of its own, not require'
+            call = re.search(r'^require\((.*)\)$', src, re.M)
+            if not call: continue
             guarded += 1
-            extra = re.search(r"pip install -e '\.\[(\w+)\]'", src).group(1)
+            extra, *mods = re.findall(r"'(\w+)'", call.group(1))
             reqs = {re.split(r'[\[<>=]', r)[0].replace('-', '_')
                     for r in cfg[f'{extra}_requirements'].split()}
-            mods = re.findall(r"'(\w+)'", re.search(r'_needs = \(([^)]*)\)', src).group(1))
-            assert set(mods) <= reqs, (nb.name, mods, reqs)
-    assert guarded >= 5
+            assert set(mods or [extra]) <= reqs, (nb.name, mods, reqs)
+    assert guarded >= 10
+
+
+def test_run_all_stops_where_an_extra_is_missing(tmp_path, monkeypatch):
+    "The kernel runner stops at a MissingExtra as Run All does: not an error; later cells not run."
+    import nbformat
+    monkeypatch.setattr(run_notebooks, 'ROOT', tmp_path)
+    monkeypatch.setattr(run_notebooks, 'skip_flags', lambda: set())
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in [
+        'x = 1', 'from tunix_agentic.core.extras import require', "require('server', 'no_such_mod')",
+        'undefined_name']])
+    nbformat.write(nb, tmp_path / 'guarded.ipynb')
+    monkeypatch.setenv('PYTHONPATH', str(ROOT))
+    row = run_notebooks.run_one(tmp_path / 'guarded.ipynb', 120, None, set())
+    assert (row['run'], row['errors']) == (3, []), row
+    assert row['stopped'] == ("cell 2: this notebook needs the server extra (no_such_mod missing): "
+                              "pip install -e '.[server]'"), row
 
 
 def test_deploy_workflow_builds_with_the_docs_script():

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/06_rollout/06_metrics.ipynb #1c5e7b96
 from __future__ import annotations
-import io, math, re
+import io, itertools, math, re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -82,14 +82,27 @@ def integer_step_axis(ax, # a matplotlib Axes whose x axis is the training step
     if steps and max(steps) - min(steps) < 2: ax.set_xlim(min(steps) - 0.5, max(steps) + 0.5)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
 
+# %% ../../nbs/06_rollout/06_metrics.ipynb #c3a7e0b1
+_STYLES = ({'ls': '-', 'marker': 'o', 'ms': 6}, {'ls': '--', 'marker': 's', 'ms': 4},
+           {'ls': ':', 'marker': '^', 'ms': 3})  # in order: each one shows past the next
+
+def _curve_labels(panel: tuple[str, ...], series: list[list[float]]) -> list[str]:
+    "Legend labels of a panel's curves; a curve equal to an earlier one names it (it lies on it)."
+    out, seen = [], {}
+    for k, ys in zip(panel, series):
+        name, key = k.removeprefix('metrics/'), tuple('nan' if y != y else y for y in ys)
+        out.append(f'{name} (= {seen[key]})' if key in seen else name)
+        seen.setdefault(key, name)
+    return out
+
 # %% ../../nbs/06_rollout/06_metrics.ipynb #4b9be72c
 def _value_axis(ax, panel: tuple[str, ...], ys: list[float]):
-    "Shares (and rewards within 0..1) on 0..1; counts from 0: a flat curve is not magnified."
+    "Shares (and rewards in 0..1) on 0..1; counts from 0, so a flat curve is not magnified."
     ys = [y for y in ys if y == y]
     if not ys or min(ys) < 0: return
     share = all(k.startswith('status/') or k.endswith('success') for k in panel)
     if share or (panel == ('reward/mean',) and max(ys) <= 1): ax.set_ylim(-0.03, 1.03)
-    else: ax.set_ylim(0, max(ys) * 1.08 or 1)
+    else: ax.set_ylim(-0.04 * (max(ys) or 1), max(ys) * 1.08 or 1)  # a curve at 0 shows whole
 
 def figure_png(fig) -> bytes:
     "The figure as PNG bytes (80 dpi)."
@@ -119,9 +132,9 @@ def plot_rows(rows: Mapping[int, Mapping] | Sequence[Mapping], # {step: row}, or
     steps = list(rows)
     for j, panel in enumerate(panels):
         ax = fig.add_subplot(nrows, ncols, j + 1)
-        for k in panel:
-            ax.plot(steps, [rows[s].get(k, math.nan) for s in steps], marker='o', ms=3,
-                    label=k.removeprefix('metrics/'))
+        series = [[rows[s].get(k, math.nan) for s in steps] for k in panel]
+        for ys, label, style in zip(series, _curve_labels(panel, series), itertools.cycle(_STYLES)):
+            ax.plot(steps, ys, label=label, **style)
         if panel == ('reward/mean',):
             lo = [rows[s].get('reward/min', math.nan) for s in steps]
             hi = [rows[s].get('reward/max', math.nan) for s in steps]

@@ -8,11 +8,12 @@ import html, json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..chat.template import chat_format
 from ..rollout.metrics import flatten_metrics
 from ..core.trajectory import Action, Step, ToolCall, Trajectory, TrajectoryStatus
 
 # %% auto #0
-__all__ = ['MASK_COLORS', 'TYPED_COLOR', 'esc', 'status_badge', 'render_message', 'render_chat', 'contrast_ratio',
+__all__ = ['TYPED_COLOR', 'MASK_COLORS', 'esc', 'status_badge', 'render_message', 'render_chat', 'contrast_ratio', 'head_len',
            'render_tokens', 'typed_flags', 'render_trajectory', 'Shows']
 
 # %% ../../nbs/08_ui/00_render.ipynb #01a169ec
@@ -24,6 +25,7 @@ def esc(x: Any) -> str:
 _STATUS_COLORS = {'done': '#2e7d32', 'error': '#c62828', 'cancelled': '#6d4c41',
                   'timeout': '#ef6c00', 'max_turns': '#ef6c00', 'max_length': '#ef6c00',
                   'pending': '#546e7a', 'running': '#1565c0', 'tool_calling': '#6a1b9a'}
+TYPED_COLOR = '#bf360c'  # what a person typed: the chat's badge and the token strip alike
 
 def _badge(text: str, color: str = '#546e7a') -> str:
     return (f'<span style="background:{color};color:#fff;border-radius:3px;padding:0 5px;'
@@ -58,7 +60,7 @@ def _step_html(step: Step) -> str:
     a = step.action or Action()
     parts = [_badge(f'reward {step.reward:g}', '#37474f')]
     if step.done: parts.append(_badge('done', '#2e7d32'))
-    if step.source == 'human': parts.append(_badge('typed by a person', '#00838f'))
+    if step.source == 'human': parts.append(_badge('typed by a person', TYPED_COLOR))
     if step.finish_reason == 'length':
         parts.append(_badge('cut at max tokens', '#ef6c00'))
     parts += [_badge(f'parse error: {e}', '#c62828') for e in a.parse_errors]
@@ -100,7 +102,6 @@ def render_chat(messages: Sequence[Mapping], # OpenAI-style chat messages
 
 # %% ../../nbs/08_ui/00_render.ipynb #e9df178e
 MASK_COLORS = {1: '#1565c0', 0: '#eeeeee'}  # response_mask value -> background
-TYPED_COLOR = '#bf360c'  # background of mask-1 tokens a person typed
 _TOKEN_STYLES = {  # never colour alone: weight, underline and italics tell the kinds apart too
     'sampled': f'background:{MASK_COLORS[1]};color:#fff;font-weight:bold;text-decoration:underline',
     'typed': f'background:{TYPED_COLOR};color:#fff;font-style:italic;'
@@ -131,6 +132,20 @@ def contrast_ratio(a: str, # a colour as `#rrggbb`
     hi, lo = sorted((lum(a), lum(b)), reverse=True)
     return (hi + 0.05) / (lo + 0.05)
 
+# %% ../../nbs/08_ui/00_render.ipynb #f01dc0d1
+def head_len(input_ids: Sequence[int], # token ids of the episode
+             response_mask: Sequence[int], # 1 = the assistant's tokens
+             tokenizer: Any = None, # its chat template's end-of-turn token ends the first turn
+            ) -> int:
+    "Number of tokens of the first turn (system prompt, tool schemas), if it ends before mask 1."
+    if getattr(tokenizer, 'chat_template', None) is None: return 0
+    try: end = chat_format(tokenizer).end_id
+    except Exception: return 0  # a template without turns: nothing to fold
+    ids = list(input_ids)
+    first_sampled = next((j for j, m in enumerate(response_mask) if m), len(ids))
+    k = ids.index(end) + 1 if end in ids[:first_sampled] else 0
+    return k if k < first_sampled else 0
+
 # %% ../../nbs/08_ui/00_render.ipynb #3d0de9c7
 def _token_kind(mask: int, typed: int) -> str:
     return {0: 'prompt', 1: 'typed' if typed else 'sampled'}.get(mask, 'bad')
@@ -149,6 +164,7 @@ def render_tokens(input_ids: Sequence[int], # token ids of the episode
                   tokenizer: Any = None, # decodes single ids for display; ids shown when None
                   max_tokens: int = 4096, # longer strips are cut with a note
                   typed: Sequence[int] | None = None, # 1 where a person typed the token
+                  fold: int | None = None, # leading tokens folded until clicked (None: `head_len`)
                  ) -> str:
     "The token strip: one `<span>` per token, styled by mask, hover shows id, text and logprob."
     n = len(input_ids)
@@ -167,6 +183,11 @@ def render_tokens(input_ids: Sequence[int], # token ids of the episode
         cls = f'ta-tok ta-mask{m}' + (' ta-typed' if kind == 'typed' else '')
         spans.append(f'<span class="{cls}" title="{esc(title)}" style="{_TOKEN_STYLES[kind]};'
                      f'border-right:1px solid #fff">{_shown(t)}</span>')
+    k = head_len(ids, response_mask, tokenizer) if fold is None else min(fold, len(ids))
+    if k:
+        spans[:k] = [f'<details><summary style="font-size:85%;color:#546e7a;'
+                     f'cursor:pointer">{k} tokens of the first turn (system prompt, tool schemas)'
+                     f'</summary>{"".join(spans[:k])}</details>']
     more = (f'<div style="color:#757575">&#8230; {n - max_tokens} more tokens not shown</div>'
             if n > max_tokens else '')
     counts: dict[str, int] = {}

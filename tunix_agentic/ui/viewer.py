@@ -74,8 +74,10 @@ def load(self: DumpFolder, step: int) -> list[Trajectory]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter('always')
             hit = (stamp, _load_step(self.path, step))
-        self.notes[step] = [str(w.message) for w in caught]
-        for m in self.notes[step]: _log.warning('%s', m)
+        notes = [str(w.message) for w in caught]
+        if notes != self.notes.get(step):  # said once per folder, not again when re-read
+            for m in notes: _log.warning('%s', m)
+        self.notes[step] = notes
     self._episodes[step] = hit  # most recently used last
     while len(self._episodes) > self.keep: self._episodes.pop(next(iter(self._episodes)))
     return hit[1]
