@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 from .sections import (ConfigError, check, ModelSection, ChatSection, TasksSection,
     EnvSection, AgentSection, EpisodeSection, CollectSection, EngineSection, WorkersSection,
-    SFTSection, GRPOSection, EvalSection, LogSection, CheckpointSection)
+    SFTSection, GRPOSection, EvalSection, LogSection, CheckpointSection, LoraSection)
 
 # %% auto #0
 __all__ = ['PRESETS', 'RENAMED', 'RunConfig', 'preset_names', 'config_path', 'packaged_file', 'load_config', 'to_yaml',
@@ -32,6 +32,7 @@ class RunConfig:
     workers: WorkersSection = field(default_factory=WorkersSection)
     sft: SFTSection = field(default_factory=SFTSection)
     grpo: GRPOSection = field(default_factory=GRPOSection)
+    lora: LoraSection = field(default_factory=LoraSection)
     eval: EvalSection = field(default_factory=EvalSection)
     log: LogSection = field(default_factory=LogSection)
     checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
