@@ -258,7 +258,7 @@ class LoraSection:
     rank: int = 0                   # adapter rank (0: full-parameter training)
     alpha: float = 16.0             # the update is scaled by alpha / rank
     target_modules: str = LORA_TARGETS  # comma-separated names or globs of linear layers
-    base_dtype: str | None = None   # the frozen base's storage: 'bfloat16' | 'float32' (None: as is)
+    base_dtype: str | None = None   # the frozen base's dtype: 'bfloat16' | 'float32' (None: kept)
     def __post_init__(self):
         at_least(self, 'lora', ('rank',), 0)
         in_range(self, 'lora', 'alpha', 0, float('inf'), open_lo=True)
