@@ -80,7 +80,7 @@ def test_only_adapters_in_optimizer_state_and_checkpoint(tmp_path):
     e = full.save(tmp_path / 'full')
     size = lambda p: sum(f.stat().st_size for f in p.rglob('*') if f.is_file())
     print('checkpoint bytes: full', size(e), 'lora', size(d))
-    assert size(d) < size(e) / 3
+    assert size(e) - size(d) > tree_bytes(full.params)   # no copy of the base in the LoRA one
 
 
 def test_resumed_lora_run_is_bit_identical(tmp_path):
@@ -104,7 +104,8 @@ def test_transformers_reads_the_merged_folder_and_greedy_tokens_match_our_engine
     transformers = pytest.importorskip('transformers')
     from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
     from tunix_agentic.engines.engine import SamplingParams
-    cfg = Llama3Config.tiny(**SHAPE, rope_factor=None, tie_word_embeddings=False)
+    cfg = Llama3Config.tiny(**SHAPE, rope_factor=None, tie_word_embeddings=False,
+                            max_position_embeddings=128)  # Flax Llama builds a causal mask this big
     base = Qwen2(cfg, rngs=nnx.Rngs(0))
     t = Trainer(base, _cfg(lora=LoraConfig(rank=4, alpha=32.0), learning_rate=0.1))
     for s in range(3): t.update(_batch(s), 'sft')
