@@ -45,9 +45,9 @@ def test_the_embedded_default_model_takes_adapters():
     assert np.array_equal(np.asarray(t.model(toks)), np.asarray(model(toks)))
 
 
-@pytest.mark.parametrize('family', ['qwen2', 'gemma3'])
-def test_merged_weights_give_the_logits_of_base_plus_adapters(family, tmp_path):
-    "Merged tolerance: 1e-5 on log-probs (f32; the merge reorders one sum per weight)."
+def test_merged_weights_give_the_logits_of_base_plus_adapters(tmp_path, family='gemma3'):
+    """Merged tolerance: 1e-5 on log-probs (f32; the merge reorders one sum per weight). Qwen2/Llama:
+    the transformers test below."""
     t = Trainer(FAMILIES[family](), _cfg(lora=LoraConfig(rank=4, base_dtype='bfloat16')))
     for s in range(3): t.update(_batch(s))
     assert float(abs(jax.tree.leaves(t.params)[1]).max()) > 0   # B moved off zero
@@ -84,17 +84,17 @@ def test_only_adapters_in_optimizer_state_and_checkpoint(tmp_path):
 
 
 def test_resumed_lora_run_is_bit_identical(tmp_path):
-    batches = [_batch(s) for s in range(4)]
+    batches = [_batch(s) for s in range(3)]
     kw = dict(warmup_steps=2, micro_batches=2, loss=LossConfig(kl_coef=0.05))  # KL to B = 0
     a = Trainer(FAMILIES['gemma3'](), _cfg(**kw))
     straight = [a.update(b) for b in batches]
     b1 = Trainer(FAMILIES['gemma3'](), _cfg(**kw))
-    for b in batches[:3]: b1.update(b)
+    for b in batches[:2]: b1.update(b)
     b1.save(tmp_path / 'ckpt')
     b2 = Trainer(FAMILIES['gemma3'](), _cfg(**kw))
     b2.params = jax.tree.map(lambda x: x + 1, b2.params)  # all must come from the checkpoint
-    assert b2.restore(tmp_path / 'ckpt') == 3
-    assert b2.update(batches[3]) == straight[3]
+    assert b2.restore(tmp_path / 'ckpt') == 2
+    assert b2.update(batches[2]) == straight[2]
     for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b2.params)):
         assert np.array_equal(np.asarray(x), np.asarray(y))
 
