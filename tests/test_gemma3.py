@@ -123,6 +123,7 @@ def test_real_gemma3_270m_sample_and_grpo_step(real_gemma):
     from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
     from tunix_agentic.engines.engine import SamplingParams
     from tunix_agentic.learn.trainer import Trainer, TrainerConfig
+    from tunix_agentic.learn.lora import LoraConfig
     from tunix_agentic.core.trajectory import Trajectory, TrajectoryStatus
     model, cfg, meta = real_gemma
     tok = gguf_tokenizer(meta)
@@ -137,7 +138,10 @@ def test_real_gemma3_270m_sample_and_grpo_step(real_gemma):
                         logprobs=[0.0] * len(prompt) + list(o.logprobs), reward=0.1 * i,
                         status=TrajectoryStatus.DONE, group_id='g0', episode_id=f'e{i}')
              for i, o in enumerate(outs)]
-    tr = Trainer(model, TrainerConfig(learning_rate=1e-6, buckets=(64, 128)))
+    # LoRA over the fixture's f32 arrays (shared, no copy) and log-probs 64 tokens at a time: no
+    # full-size gradient, Adam moments or [rows, 128, 262144] logits (issue 40: each test <= 8 GB)
+    tr = Trainer(model, TrainerConfig(learning_rate=1e-6, buckets=(64, 128), logit_chunk=64,
+                                      lora=LoraConfig(rank=8)))
     batch = tr.batch_from(trajs)
     for k in range(2):
         t = time.perf_counter(); m = tr.update(batch)
@@ -199,6 +203,7 @@ def test_real_gemma3_270m_tool_episode_masks_and_grpo_step(real_gemma, oracle_ma
     from tunix_agentic.models.gguf_io import gguf_tokenizer
     from tunix_agentic.chat.tokenizer import GEMMA_CHAT_TEMPLATE
     from tunix_agentic.learn.trainer import Trainer, TrainerConfig
+    from tunix_agentic.learn.lora import LoraConfig
     from tunix_agentic.core.trajectory import TrajectoryStatus as S
     model, cfg, meta = real_gemma
     tok = gguf_tokenizer(meta, chat_template=GEMMA_CHAT_TEMPLATE)
@@ -246,7 +251,8 @@ def test_real_gemma3_270m_tool_episode_masks_and_grpo_step(real_gemma, oracle_ma
         trajs.append(t)
     collect_s = time.perf_counter() - t0
     for t in trajs: t.group_id = 'g'   # one GRPO group: the scripted answer and the sampled one
-    tr = Trainer(model, TrainerConfig(learning_rate=1e-6, buckets=(512, 1024), micro_batches=2))
+    tr = Trainer(model, TrainerConfig(learning_rate=1e-6, buckets=(512, 1024), micro_batches=2,
+                                      logit_chunk=128, lora=LoraConfig(rank=8)))  # <= 8 GB
     batch = tr.batch_from(trajs)
     t1 = time.perf_counter(); m = tr.update(batch); step_s = time.perf_counter() - t1
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20

@@ -13,6 +13,7 @@ from ..core.trajectory import Trajectory
 from ..engines.engine import SamplingParams
 from ..learn.losses import LossConfig
 from ..learn.trainer import Trainer, TrainerConfig
+from ..learn.lora import LoraConfig
 from ..learn.loop import LoopConfig, MetricSinks
 from ..core.sync import run_sync
 from ..rollout.episode import EpisodeConfig
@@ -58,6 +59,9 @@ def trainer_config(cfg: RunConfig, stage: str, pad_id: int) -> TrainerConfig:
         extra = dict(temperature=cfg.episode.sampling.temperature, sort_micro_batches=True,
                      loss=LossConfig(**same_names(s.loss, LossConfig)))
     if s.final_lr is not None: extra['decay_to'] = (max(updates, s.warmup_steps + 1), s.final_lr)
+    lo = cfg.lora  # rank 0: every parameter trains
+    if lo.rank: extra['lora'] = LoraConfig(rank=lo.rank, alpha=lo.alpha, seed=cfg.seed,
+                                           target_modules=lo.targets, base_dtype=lo.base_dtype)
     return TrainerConfig(**same_names(s, TrainerConfig, buckets=BUCKETS, pad_id=pad_id,
                                       shared_prefix=16, sharding=sharding_config(cfg.sharding),
                                       **extra))

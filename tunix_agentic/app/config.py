@@ -8,10 +8,10 @@ import dataclasses, importlib.resources, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
-from tunix_agentic.app.sections import (ConfigError, check, ModelSection, ChatSection, TasksSection,
+from .sections import (ConfigError, check, ModelSection, ChatSection, TasksSection,
     EnvSection, AgentSection, EpisodeSection, CollectSection, EngineSection, WorkersSection,
     SFTSection, GRPOSection, EvalSection, LogSection, CheckpointSection,
-    ShardingSection)
+    ShardingSection, LoraSection)
 
 # %% auto #0
 __all__ = ['PRESETS', 'RENAMED', 'RunConfig', 'preset_names', 'config_path', 'packaged_file', 'load_config', 'to_yaml',
@@ -37,6 +37,7 @@ class RunConfig:
     log: LogSection = field(default_factory=LogSection)
     checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
     sharding: ShardingSection = field(default_factory=ShardingSection)
+    lora: LoraSection = field(default_factory=LoraSection)
     def __post_init__(self):
         s, g, c = self.sft, self.grpo, self.collect
         check(s.n_demos <= self.tasks.n_train, 'sft.n_demos', s.n_demos,

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 # %% auto #0
-__all__ = ['MODEL_SOURCES', 'HF_FAMILIES', 'DTYPES', 'ENGINES', 'WORKERS', 'MESH_AXES', 'ConfigError', 'check', 'at_least',
-           'in_range', 'ModelSection', 'ChatSection', 'TasksSection', 'EnvSection', 'AgentSection', 'SamplingSection',
-           'EpisodeSection', 'CollectSection', 'EngineSection', 'WorkersSection', 'OptimSection', 'SFTSection',
-           'LossSection', 'GRPOSection', 'EvalSection', 'LogSection', 'CheckpointSection', 'parse_spec',
-           'ShardingSection']
+__all__ = ['MODEL_SOURCES', 'HF_FAMILIES', 'DTYPES', 'ENGINES', 'WORKERS', 'MESH_AXES', 'LORA_TARGETS', 'ConfigError', 'check',
+           'at_least', 'in_range', 'ModelSection', 'ChatSection', 'TasksSection', 'EnvSection', 'AgentSection',
+           'SamplingSection', 'EpisodeSection', 'CollectSection', 'EngineSection', 'WorkersSection', 'OptimSection',
+           'SFTSection', 'LossSection', 'GRPOSection', 'EvalSection', 'LogSection', 'CheckpointSection', 'parse_spec',
+           'ShardingSection', 'LoraSection']
 
 # %% ../../nbs/10_app/00a_sections.ipynb #4dafc353
 class ConfigError(ValueError):
@@ -292,3 +292,23 @@ class ShardingSection:
     def shape(self) -> tuple[int, int, int]: return (self.data, self.fsdp, self.tensor)
     @property
     def on_mesh(self) -> bool: return self.shape != (1, 1, 1)
+
+# %% ../../nbs/10_app/00a_sections.ipynb #a1c0ra02
+LORA_TARGETS = 'q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj'
+
+@dataclass(frozen=True, kw_only=True)
+class LoraSection:
+    "Low-rank adapters over a frozen base for SFT and GRPO (`LoraConfig`'s names)."
+    rank: int = 0                   # adapter rank (0: full-parameter training)
+    alpha: float = 16.0             # the update is scaled by alpha / rank
+    target_modules: str = LORA_TARGETS  # comma-separated names or globs of linear layers
+    base_dtype: str | None = None   # the frozen base's dtype: 'bfloat16' | 'float32' (None: kept)
+    def __post_init__(self):
+        at_least(self, 'lora', ('rank',), 0)
+        in_range(self, 'lora', 'alpha', 0, float('inf'), open_lo=True)
+        check(bool(self.targets), 'lora.target_modules', self.target_modules, 'at least one name')
+        check(self.base_dtype in (None, 'float32', 'bfloat16'), 'lora.base_dtype',
+              self.base_dtype, "None, 'float32' or 'bfloat16'")
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return tuple(t.strip() for t in self.target_modules.split(',') if t.strip())

@@ -19,6 +19,7 @@ from .losses import LossConfig, ppo_clip_loss, masked_ce, token_mean, overlong_f
 from .batching import (trajectory_advantages, make_batch,
                                           length_sorted_micro_batches, group_mini_batches)
 from .memory import policy_logprobs, with_state_dtype
+from .lora import LoraConfig, lora_split, lora_model
 from .sharding import ShardingConfig, shard_tree, shard_batch
 from ..core.distributed import host_float
 from ..models.decoder import DecoderModel, KVCache
@@ -53,6 +54,7 @@ class TrainerConfig:
     logit_chunk: int = 0                # log-probs this many tokens at a time (0 = full logits)
     remat: bool = False                 # decoder layers recompute activations in the backward
     opt_state_dtype: str | None = None  # e.g. 'float32': AdamW moments in f32 for bf16 params
+    lora: LoraConfig | None = None      # train low-rank adapters over a frozen base (None: all)
     def __post_init__(self):
         for f in ('learning_rate', 'temperature'):
             if getattr(self, f) <= 0: raise ValueError(f'{f} must be > 0, got {getattr(self, f)}')
@@ -85,8 +87,13 @@ def _forward(model, batch: dict) -> jax.Array:
     cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (b, *x.shape[1:])) if x.ndim else x, cache)
     return model(batch['tokens'], batch['positions'], cache)[0]
 
+def _policy(graphdef, params, rest, cfg: TrainerConfig) -> DecoderModel:
+    "The model of the trained `params` (with LoRA: adapters merged over the frozen base)."
+    if cfg.lora is None: return nnx.merge(graphdef, params, rest)
+    return lora_model(graphdef, params, rest, cfg.lora)
+
 def _logp(graphdef, params, rest, batch, temperature, cfg: TrainerConfig):
-    return policy_logprobs(nnx.merge(graphdef, params, rest), partial(_forward, batch=batch),
+    return policy_logprobs(_policy(graphdef, params, rest, cfg), partial(_forward, batch=batch),
                            batch['targets'], temperature, logit_chunk=cfg.logit_chunk,
                            remat=cfg.remat)
 
@@ -155,9 +162,12 @@ class Trainer:
     def __init__(self, model: DecoderModel, cfg: TrainerConfig, *, mesh=None,
                  donate_model: bool = False): # updates may free `model`'s arrays (it is ours)
         self.cfg, self.mesh = cfg, mesh
-        self.graphdef, params, self.rest = nnx.split(model, nnx.Param, ...)
+        if cfg.lora is None: self.graphdef, params, self.rest = nnx.split(model, nnx.Param, ...)
+        else: self.graphdef, params, self.rest = lora_split(model, cfg.lora)  # params: adapters
         self.tx = make_optimizer(cfg)
         if mesh is not None: params = shard_tree(params, mesh, cfg.sharding)
+        if mesh is not None and cfg.lora is not None:
+            self.rest = (shard_tree(self.rest[0], mesh, cfg.sharding), self.rest[1])
         self.params = params
         self.opt_state = self.tx.init(params)
         if mesh is not None: self.opt_state = shard_tree(self.opt_state, mesh, cfg.sharding)
@@ -172,8 +182,8 @@ class Trainer:
     def params(self, params: nnx.State): self._params, self._own = params, False
     @property
     def model(self) -> DecoderModel:
-        "The current policy as an NNX module (shares the trainer's arrays)."
-        return nnx.merge(self.graphdef, self.params, self.rest)
+        "The current policy as an NNX module (shares the trainer's arrays; LoRA: merged)."
+        return _policy(self.graphdef, self.params, self.rest, self.cfg)
     def __repr__(self): return f'Trainer(step={self.step}, micro_batches={self.cfg.micro_batches})'
 
 # %% ../../nbs/07_learn/02_trainer.ipynb #2aa525da
