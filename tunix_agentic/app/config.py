@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 from .sections import (ConfigError, check, ModelSection, ChatSection, TasksSection,
     EnvSection, AgentSection, EpisodeSection, CollectSection, EngineSection, WorkersSection,
-    SFTSection, GRPOSection, EvalSection, LogSection, CheckpointSection)
+    SFTSection, GRPOSection, EvalSection, LogSection, CheckpointSection, SglangSection)
 
 # %% auto #0
 __all__ = ['PRESETS', 'RENAMED', 'RunConfig', 'preset_names', 'config_path', 'packaged_file', 'load_config', 'to_yaml',
@@ -29,6 +29,7 @@ class RunConfig:
     episode: EpisodeSection = field(default_factory=EpisodeSection)
     collect: CollectSection = field(default_factory=CollectSection)
     engine: EngineSection = field(default_factory=EngineSection)
+    sglang: SglangSection = field(default_factory=SglangSection)
     workers: WorkersSection = field(default_factory=WorkersSection)
     sft: SFTSection = field(default_factory=SFTSection)
     grpo: GRPOSection = field(default_factory=GRPOSection)
