@@ -273,6 +273,7 @@ def _train(self: Run) -> dict:
         compiles.stop()
         if pool: pool.shutdown(wait=False, cancel_futures=True)
         if c.workers.kind != 'none' and self._loop is not None: self._loop.collector.close()
+        if c.engine.kind == 'sglang' and self._engine is not None: self._engine.close()  # threads
         self.sinks.close()
         self.sinks = None
     self.times['total_s'] = time.perf_counter() - t0
