@@ -15,14 +15,14 @@ STEPS, PROMPTS, TOKENS = 2, 2, 8
 
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory):
-    "The quick calculator run with sglang-jax rollouts, trained end to end (`Run.train`)."
+    "The quick calculator run (no warm start) with sglang-jax rollouts, trained by `Run.train`."
     out = tmp_path_factory.mktemp('sglang_run')
     run = Run.from_config('calculator_quick', overrides=[
         f'log.output_dir={out}', 'log.tensorboard=false', 'engine.kind=sglang',
         'model.num_heads=2', 'model.num_kv_heads=1', 'model.head_dim=128',
         f'grpo.steps={STEPS}', 'tasks.n_heldout=4', 'eval.n_greedy=2',
         'episode.sampling.max_new_tokens=24', 'checkpoint.save_every=0',
-        'checkpoint.save_hf=false', f'sglang.check_prompts={PROMPTS}',
+        'checkpoint.save_hf=false', 'sft.n_demos=0', f'sglang.check_prompts={PROMPTS}',
         f'sglang.check_tokens={TOKENS}'])
     return run, run.train()
 
