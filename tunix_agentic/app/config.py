@@ -11,7 +11,8 @@ from typing import Sequence
 from .sections import (ConfigError, check, ModelSection, ChatSection, TasksSection,
     EnvSection, AgentSection, EpisodeSection, CollectSection, EngineSection, WorkersSection,
     SFTSection, GRPOSection, EvalSection, LogSection, CheckpointSection,
-    ShardingSection, LoraSection)
+    ShardingSection, LoraSection, SglangSection)
+
 
 # %% auto #0
 __all__ = ['PRESETS', 'RENAMED', 'RunConfig', 'preset_names', 'config_path', 'packaged_file', 'load_config', 'to_yaml',
@@ -30,6 +31,7 @@ class RunConfig:
     episode: EpisodeSection = field(default_factory=EpisodeSection)
     collect: CollectSection = field(default_factory=CollectSection)
     engine: EngineSection = field(default_factory=EngineSection)
+    sglang: SglangSection = field(default_factory=SglangSection)
     workers: WorkersSection = field(default_factory=WorkersSection)
     sft: SFTSection = field(default_factory=SFTSection)
     grpo: GRPOSection = field(default_factory=GRPOSection)

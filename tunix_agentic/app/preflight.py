@@ -178,11 +178,24 @@ def _loss_names(cfg: RunConfig) -> None:
     except ValueError as e: raise ConfigError(f'grpo.loss: {str(e).splitlines()[0]}') from None
 
 # %% ../../nbs/10_app/01a_preflight.ipynb #5e1d68c6
+def _sglang_engine(cfg: RunConfig):
+    "What `engine.kind='sglang'` needs: no worker pool, a Qwen2 policy, sglang-jax installed."
+    if cfg.workers.kind != 'none': raise ConfigError(
+        f"workers.kind={cfg.workers.kind!r}: expected 'none' with engine.kind='sglang' (the "
+        "sglang-jax engine runs in the learner's process; worker pools build JaxEngines)")
+    m = cfg.model
+    if m.source == 'gguf' or m.family != 'qwen2': raise ConfigError(
+        f"engine.kind='sglang': expected a Qwen2 policy (model.source 'default' or 'hf' with "
+        f"model.family 'qwen2'), got model.source={m.source!r}, model.family={m.family!r}")
+    if importlib.util.find_spec('sgl_jax') is None: raise ConfigError(
+        "engine.kind='sglang': sglang-jax is not installed (pip install 'sglang-jax[cpu]==0.1.0rc0')")
+
 def preflight(cfg: RunConfig, *, tasks: bool = True): # also read the task files
     "Raise `ConfigError` for what `train` cannot run: engine, workers, plugins, names, files."
-    if cfg.engine.kind != 'jax': raise ConfigError(
-        f"engine.kind={cfg.engine.kind!r}: expected 'jax' (train drives our JaxEngine today; "
-        'sglang-jax and HTTP engines serve rollouts through serve-rollout)')
+    if cfg.engine.kind == 'http': raise ConfigError(
+        "engine.kind='http': train cannot push its weights into a remote server (the HTTP engine "
+        "has no weight-update route); use 'jax' or 'sglang', or serve rollouts with serve-rollout")
+    if cfg.engine.kind == 'sglang': _sglang_engine(cfg)
     if cfg.workers.kind == 'ray' and importlib.util.find_spec('ray') is None:
         raise ConfigError("workers.kind='ray': Ray is not installed (pip install ray), "
                           "or use workers.kind=processes")

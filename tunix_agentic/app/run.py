@@ -23,6 +23,7 @@ from .compose import (build_policy, make_engine, make_collector, evaluate,
                                        make_worker_pool, trainer_config, loop_config,
                                        prompt_tokens, episode_config)
 from .demo import plot_demo, seeds_table, plot_seeds
+from .sglang_rollouts import check_policy, sglang_engine
 _log = logging.getLogger(__name__)
 
 # %% auto #0
@@ -71,6 +72,7 @@ class Run:
         self.train_tasks, self.heldout = load_tasks(cfg)
         self.model, self.tok = build_policy(cfg)
         self.mesh = learner_mesh(cfg, self.model)  # None: one device (`sharding:` all 1s)
+        if cfg.engine.kind == 'sglang': check_policy(self.model, cfg)  # before the warm start
         self.pad_id = self.tok.convert_tokens_to_ids(cfg.chat.pad_token)
         if self.pad_id is None or self.pad_id == self.tok.unk_token_id:
             raise ConfigError(f'chat.pad_token={cfg.chat.pad_token!r}: not in the tokenizer')
@@ -135,9 +137,13 @@ def _rows(self: Run) -> int:
     return max(c.tasks.n_heldout, c.collect.tasks_per_step * c.collect.group_size)
 
 def _engine(self: Run):
+    c = self.cfg
+    if self._engine is None and c.engine.kind == 'sglang':   # checked after every push
+        self._engine = sglang_engine(self.model, self.tok, c, self.rows, self.out / 'sglang_model',
+                                     self.train_tasks)
     if self._engine is None:
         self._engine = make_engine(local_module(self.model), self.tok, self.rows,
-                                   self.cfg.engine.max_batch)  # this host's own engine
+                                   c.engine.max_batch)  # this host's own engine
     return self._engine
 
 Run.learner, Run.rows, Run.engine = property(_learner), property(_rows), property(_engine)
@@ -251,10 +257,10 @@ def _grpo(self: Run) -> list[dict]:
 
 def _evaluate_after(self: Run, engine, frozen) -> tuple[dict, dict]:
     from flax import nnx
-    for e in (engine, frozen): e.update_params(nnx.state(self.learner.model), self.learner.step)
+    for e in {engine, frozen}: e.update_params(nnx.state(self.learner.model), self.learner.step)
     t = time.perf_counter()
     after, trajs, greedy = evaluate_both(engine, self.tok, self.heldout, self.cfg,
-                                         greedy_engine=frozen)
+                                         greedy_engine=None if engine is frozen else frozen)
     self.times['eval_after_s'] = time.perf_counter() - t
     with DumpWriter(self.out / 'eval', 1) as w:
         for tr in trajs: w.write(tr)
@@ -288,7 +294,8 @@ def _train(self: Run) -> dict:
         records = self._grpo()
         if before_job is not None: before, greedy_before = before_job.result()
         _log.info('held-out success after SFT: %.1f%%', 100 * before['final_answer'])
-        after, greedy_after = self._evaluate_after(engine, frozen)
+        after, greedy_after = self._evaluate_after(  # held-out: always on our engine
+            engine if c.engine.kind == 'jax' else frozen, frozen)
         _log.info('held-out success after GRPO: %.1f%%', 100 * after['final_answer'])
         for k, (d, g) in enumerate(((before, greedy_before), (after, greedy_after))):
             self.sinks.write(k, {**d, 'greedy_final_answer': g['final_answer']}, 'heldout/')
@@ -300,6 +307,7 @@ def _train(self: Run) -> dict:
         compiles.stop()
         if pool: pool.shutdown(wait=False, cancel_futures=True)
         if c.workers.kind != 'none' and self._loop is not None: self._loop.collector.close()
+        if c.engine.kind == 'sglang' and self._engine is not None: self._engine.close()  # threads
         self.sinks.close()
         self.sinks = None
     self.times['total_s'] = time.perf_counter() - t0

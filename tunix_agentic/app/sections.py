@@ -10,9 +10,9 @@ from typing import Any, Sequence
 # %% auto #0
 __all__ = ['MODEL_SOURCES', 'HF_FAMILIES', 'DTYPES', 'ENGINES', 'WORKERS', 'MESH_AXES', 'LORA_TARGETS', 'ConfigError', 'check',
            'at_least', 'in_range', 'ModelSection', 'ChatSection', 'TasksSection', 'EnvSection', 'AgentSection',
-           'SamplingSection', 'EpisodeSection', 'CollectSection', 'EngineSection', 'WorkersSection', 'OptimSection',
-           'SFTSection', 'LossSection', 'GRPOSection', 'EvalSection', 'LogSection', 'CheckpointSection', 'parse_spec',
-           'ShardingSection', 'LoraSection']
+           'SamplingSection', 'EpisodeSection', 'CollectSection', 'EngineSection', 'WorkersSection', 'SglangSection',
+           'OptimSection', 'SFTSection', 'LossSection', 'GRPOSection', 'EvalSection', 'LogSection', 'CheckpointSection',
+           'parse_spec', 'ShardingSection', 'LoraSection']
 
 # %% ../../nbs/10_app/00a_sections.ipynb #4dafc353
 class ConfigError(ValueError):
@@ -131,8 +131,8 @@ class CollectSection:
 
 @dataclass(frozen=True, kw_only=True)
 class EngineSection:
-    "What generates: our `JaxEngine` (the trainer's weights, pushed each step)."
-    kind: str = 'jax'               # 'jax' | 'sglang' | 'http' (train runs 'jax' today)
+    "What generates: our `JaxEngine` or sglang-jax (the trainer's weights, pushed each step)."
+    kind: str = 'jax'               # 'jax' | 'sglang' | 'http' (train runs 'jax' and 'sglang')
     max_batch: int = 64             # rows decoded together, at most
     def __post_init__(self):
         check(self.kind in ENGINES, 'engine.kind', self.kind, f'one of {ENGINES}')
@@ -146,6 +146,23 @@ class WorkersSection:
     def __post_init__(self):
         check(self.kind in WORKERS, 'workers.kind', self.kind, f'one of {WORKERS}')
         at_least(self, 'workers', ('num_workers',))
+
+# %% ../../nbs/10_app/00a_sections.ipynb #873ae957
+@dataclass(frozen=True, kw_only=True)
+class SglangSection:
+    "sglang-jax rollouts (`engine.kind: sglang`): call limit and the greedy check after each push."
+    check_prompts: int = 2          # prompts of the greedy check after each push (0: no check)
+    check_tokens: int = 8           # greedy tokens compared per prompt
+    strict: bool = True             # a mismatch stops training (False: logged and recorded only)
+    timeout_s: float = 300.0        # limit for one engine call (a hung sglang-jax call raises)
+    max_total_tokens: int | None = None  # KV pool in tokens (None: every row's full context)
+    def __post_init__(self):
+        check(self.check_prompts >= 0, 'sglang.check_prompts', self.check_prompts,
+              'an integer >= 0')
+        at_least(self, 'sglang', ('check_tokens',))
+        check(self.timeout_s > 0, 'sglang.timeout_s', self.timeout_s, 'a number of seconds > 0')
+        check(self.max_total_tokens is None or self.max_total_tokens > 0,
+              'sglang.max_total_tokens', self.max_total_tokens, 'None or an integer > 0')
 
 # %% ../../nbs/10_app/00a_sections.ipynb #02777986
 @dataclass(frozen=True, kw_only=True)
