@@ -174,9 +174,8 @@ _DRIVER = textwrap.dedent('''
 ''')
 
 
-@pytest.fixture(scope='module')
-def results(tmp_path_factory):
-    d = tmp_path_factory.mktemp('mistakes')
+def run_cases(d: Path) -> dict[str, dict]:
+    "Every case through the CLI in one fresh interpreter under `d`: {case: rc, stderr, stdout, jax}."
     files = _files(d)
     Path(files['BINARY_YAML']).write_bytes(b'\xff\xfe\x00\x01grpo')
     sub = lambda w: next((w.replace(k, v) for k, v in files.items() if k in w), w)
@@ -186,6 +185,10 @@ def results(tmp_path_factory):
                        env={**os.environ, 'JAX_PLATFORMS': 'cpu', 'TUNIX_AGENTIC_HUGEPAGES': '0'})
     assert r.returncode == 0, r.stderr[-3000:]
     return {x['case']: x for x in json.loads(r.stdout.splitlines()[-1])}
+
+
+@pytest.fixture(scope='module')
+def results(tmp_path_factory): return run_cases(tmp_path_factory.mktemp('mistakes'))
 
 
 def test_the_table_is_long_enough():
@@ -208,3 +211,13 @@ def test_another_runs_folder_is_refused_before_the_resolved_config_is_printed(re
     "The refusal is the first thing the user sees: nothing on stdout (no 90-line config) before it."
     got = results['folder of another run']
     assert (got['rc'], got['stdout']) == (2, ''), got
+
+
+if __name__ == '__main__':  # `python tests/test_mistakes.py`: the table, as a user sees it
+    import tempfile
+    with tempfile.TemporaryDirectory() as d: got = run_cases(Path(d))
+    print('| # | mistake | what the user sees (stderr) | exit | JAX loaded |\n|---|---|---|---|---|')
+    for i, (case, _, _) in enumerate(CASES, 1):
+        g, line = got[case], got[case]['stderr'].strip().replace('|', '\\|')
+        print(f"| {i} | {case} | {line[:160]}{'...' if len(line) > 160 else ''} | {g['rc']} | "
+              f"{'yes' if g['jax'] else 'no'} |")
