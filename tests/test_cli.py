@@ -164,6 +164,8 @@ def test_a_run_folder_resumes_only_its_own_run(tmp_path):
     out = tmp_path / 'run'
     first = run('train', 'calculator_quick', f'log.output_dir={out}', timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
+    pairs = json.loads((out / 'summary.json').read_text())['heldout_pairs']  # issue 40
+    assert pairs['sampled']['problems'] == 5 and '  lift ' in first.stdout, pairs
     saved = (out / 'config.yaml').read_text()
     other = run('train', 'calculator_quick', f'log.output_dir={out}', 'sft.short_steps=3',
                 'collect.group_size=4')
@@ -173,8 +175,14 @@ def test_a_run_folder_resumes_only_its_own_run(tmp_path):
         f"2 there, 4 here, sft.short_steps: 2 there, 3 here); choose another log.output_dir, remove "
         f"the folder, or resume it as it was: tunix-agentic train {out}"], other.stderr
     assert (out / 'config.yaml').read_text() == saved  # refused before it wrote anything
+    ev = json.loads((out / 'eval_before.json').read_text())  # as an older run wrote it: no
+    del ev['sampled']['solved']  # sampled outcomes per problem (the greedy ones are read back)
+    (out / 'eval_before.json').write_text(json.dumps(ev))
     longer = run('train', str(out), 'grpo.steps=2', timeout=300)  # the same run, trained longer
     assert longer.returncode == 0, longer.stderr[-2000:]
+    pairs = json.loads((out / 'summary.json').read_text())['heldout_pairs']
+    assert pairs['sampled'] is None and pairs['greedy']['problems'] == len(ev['greedy']['solved'])
+    assert '  lift n/a: no per-problem outcomes kept; greedy ' in longer.stdout
     assert json.loads((out / 'summary.json').read_text())['config']['grpo']['steps'] == 2
     from tunix_agentic.app.config import load_config  # `demo --quick` stays out of `demo`'s folder
     assert (load_config('calculator_quick').log.output_dir, load_config('calculator').log.output_dir) \

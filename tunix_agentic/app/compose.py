@@ -23,6 +23,7 @@ from ..tools.builtin import exact_str, gsm8k_number
 from .config import RunConfig, ConfigError, load_config
 from .preflight import load_plugins
 from .mesh import sharding_config
+from .stats import solved
 from ..core.distributed import local_module
 _log = logging.getLogger(__name__)
 
@@ -208,15 +209,18 @@ def engine_on_copy(model, tok, rows: int, max_batch: int = 64):
     return make_engine(twin, tok, rows, max_batch)
 
 def evaluate_both(engine, tok, tasks: list[dict], cfg: RunConfig, greedy_engine=None) -> tuple:
-    "Sampled (all `tasks`) and greedy (the first `eval.n_greedy`) evaluations, side by side."
+    "Sampled (all `tasks`) and greedy (the first `eval.n_greedy`) evaluations, with `solved` lists."
     n = cfg.eval.n_greedy
     if greedy_engine is None:  # one lockstep engine serves one collection at a time
         sampled, trajs = evaluate(engine, tok, tasks, cfg)
-        return sampled, trajs, evaluate(engine, tok, tasks[:n], cfg, 0.0)[0]
-    with ThreadPoolExecutor(1) as pool:
-        greedy = pool.submit(evaluate, greedy_engine, tok, tasks[:n], cfg, 0.0)
-        sampled, trajs = evaluate(engine, tok, tasks, cfg)
-        return sampled, trajs, greedy.result()[0]
+        greedy = evaluate(engine, tok, tasks[:n], cfg, 0.0)
+    else:
+        with ThreadPoolExecutor(1) as pool:
+            job = pool.submit(evaluate, greedy_engine, tok, tasks[:n], cfg, 0.0)
+            sampled, trajs = evaluate(engine, tok, tasks, cfg)
+            greedy = job.result()
+    # per problem, in task order: what a run pairs before and after RL (`app.stats`)
+    return {**sampled, 'solved': solved(trajs)}, trajs, {**greedy[0], 'solved': solved(greedy[1])}
 
 # %% ../../nbs/10_app/02_compose.ipynb #93bf1ecc
 class CodeTeacher:

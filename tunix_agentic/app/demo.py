@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 import numpy as np
+from .stats import lift_line
 
 # %% auto #0
 __all__ = ['plot_demo', 'pct', 'format_summary', 'seeds_table', 'plot_seeds']
@@ -77,6 +78,7 @@ def format_summary(s: dict) -> str:
              f"greedy "
              f"{pct(s['heldout_greedy_success_before_rl'])} -> "
              f"{pct(s['heldout_greedy_success_after_rl'])} (first {ng})",
+             lift_line(s),  # the lifts' paired intervals (`app.stats`)
              "  per turn, sampled (after SFT -> after GRPO):"]
     lines += [f"    {name:<17} {pct(b[k]):>6} -> {pct(a[k]):>6}"
               for name, k in _DIAG_ROWS if k in b]

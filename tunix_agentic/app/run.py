@@ -23,6 +23,7 @@ from .compose import (build_policy, make_engine, make_collector, evaluate,
                                        make_worker_pool, trainer_config, loop_config,
                                        prompt_tokens, episode_config)
 from .demo import plot_demo, seeds_table, plot_seeds
+from .stats import heldout_pairs
 from .sglang_rollouts import check_policy, sglang_engine
 _log = logging.getLogger(__name__)
 
@@ -324,6 +325,7 @@ def _summary(self: Run, before, after, greedy_before, greedy_after, records, plo
             'heldout_success_before_rl': before['final_answer'],
             'heldout_success_after_rl': after['final_answer'],
             'lift_points': 100 * (after['final_answer'] - before['final_answer']),
+            'heldout_pairs': heldout_pairs(before, after, greedy_before, greedy_after),
             'heldout_greedy_success_before_rl': greedy_before['final_answer'],
             'heldout_greedy_success_after_rl': greedy_after['final_answer'],
             'diagnosis_before_rl': before, 'diagnosis_after_rl': after,
