@@ -8,7 +8,6 @@ import logging, os
 from pathlib import Path
 from typing import Any, Mapping
 import numpy as np
-import jax
 _log = logging.getLogger(__name__)
 
 # %% auto #0
@@ -32,6 +31,7 @@ def job_args(coordinator: str | None = None, # host:port of process 0
 def init_distributed(coordinator: str | None = None, num_processes: int | None = None,
                      process_id: int | None = None, environ: Mapping[str, str] = os.environ):
     "Join the `jax.distributed` job (before any other JAX call); nothing given: auto-detected."
+    import jax
     kw = job_args(coordinator, num_processes, process_id, environ)
     jax.config.update('jax_cpu_collectives_implementation', 'gloo')  # CPU hosts; else unused
     jax.distributed.initialize(**{'coordinator_address' if k == 'coordinator' else k: v
@@ -42,6 +42,7 @@ def init_distributed(coordinator: str | None = None, num_processes: int | None =
 # %% ../../nbs/00_core/05_distributed.ipynb #770ef895
 def host_value(x: Any) -> np.ndarray:
     "The value of `x` on this host, also when it spans processes (replicated: no communication)."
+    import jax
     if not isinstance(x, jax.Array) or x.is_fully_addressable: return np.asarray(x)
     if x.sharding.is_fully_replicated: return np.asarray(x.addressable_data(0))
     from jax.experimental import multihost_utils
@@ -54,6 +55,7 @@ def host_float(x: Any) -> float:
 # %% ../../nbs/00_core/05_distributed.ipynb #f1772d42
 def local_params(tree: Any) -> Any:
     "`tree` with every array that spans processes copied whole onto this host's first device."
+    import jax
     if jax.process_count() == 1: return tree
     dev = jax.local_devices()[0]
     return jax.tree.map(lambda x: jax.device_put(host_value(x), dev)
@@ -61,6 +63,7 @@ def local_params(tree: Any) -> Any:
 
 def local_module(model: Any) -> Any:
     "An NNX `model`, or on several processes the same model with its arrays whole on this host."
+    import jax
     if jax.process_count() == 1: return model
     from flax import nnx
     graphdef, state = nnx.split(model)
@@ -68,9 +71,11 @@ def local_module(model: Any) -> Any:
 
 def is_main_process() -> bool:
     "Whether this is process 0 (the one that writes the run folder)."
+    import jax
     return jax.process_index() == 0
 
 def process_folder(root: str | Path) -> Path:
     "This process's run folder: `root` on process 0, `root/process_<i>` on the others."
+    import jax
     i = jax.process_index()
     return Path(root) if i == 0 else Path(root) / f'process_{i}'
