@@ -14,7 +14,8 @@ import numpy as np
 from fastcore.basics import patch
 from flax import nnx
 
-from ..models.decoder import DecoderConfig, DecoderModel, KVCache
+from ..models.decoder import (DecoderConfig, DecoderModel, KVCache, unembed,
+                                          unembed_to_hidden)
 from ..chat.tokens import common_prefix_len
 from .prefix_cache import PrefixCache
 from ..core.distributed import local_params
@@ -87,6 +88,8 @@ def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_
                     chunk: int = 1): # tokens per test of the loop's exit (a GPU syncs per test)
     "Prefill plus KV-cache decode: `(tokens_bg, logprobs_bg, lengths_b, stopped_b[, kept])`."
     model = nnx.merge(graphdef, state)
+    w_dv, softcap = unembed_to_hidden(model)  # the model gives hidden states; logits: below, of
+    head = lambda h: unembed(h, w_dv, softcap)  # the positions sampled (not all the prompt's)
     (b, p), q = tokens_bp.shape, 0 if prefix_1q is None else prefix_1q.shape[1]
     pre, r = None, 0 if cascade else q  # the prefix all rows share is prefilled once; r: row slots
     if cascade and q:  # rows attend to it in place: a one-row cache, none of it in the rows' cache
@@ -103,11 +106,11 @@ def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_
         cache, valid_bs, r = _past_cache(past_kv, past_len_b, mask_bp, max_new)
     plen_b = (q if past_kv is None else past_len_b) + mask_bp.sum(1).astype(jnp.int32)
     pos0 = q if past_kv is None else past_len_b[:, None]
-    logits, cache = model(tokens_bp, pos0 + jnp.maximum(jnp.cumsum(mask_bp, 1) - 1, 0), cache,
+    h, cache = model(tokens_bp, pos0 + jnp.maximum(jnp.cumsum(mask_bp, 1) - 1, 0), cache,
                           valid_bs, prefix=pre)
     def step_keys(i): return jax.vmap(jax.random.fold_in, (0, None))(keys_b, i)
     sample = partial(sample_step, use_filter=use_filter, all_greedy=all_greedy)
-    tok, lp = sample(logits[:, -1], step_keys(0), temp_b, top_k_b, top_p_b)
+    tok, lp = sample(head(h[:, -1]), step_keys(0), temp_b, top_k_b, top_p_b)
     is_stop = lambda t: jnp.any(t[:, None] == stops_bk, -1)
     spare = max_new + chunk - 1  # a last chunk may step past `max_new`: all rows are done then
     out_t = jnp.zeros((b, spare), jnp.int32).at[:, 0].set(tok)
@@ -120,8 +123,8 @@ def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_
     def step(i, c):  # one token
         cache, valid, last, out_t, out_l, length, stopped, done = c
         valid = jax.lax.dynamic_update_slice_in_dim(valid, jnp.ones((b, 1), bool), r + p + i - 1, 1)
-        logits, cache = model(last[:, None], (plen_b + i - 1)[:, None], cache, valid, prefix=pre)
-        tok, lp = sample(logits[:, 0], step_keys(i), temp_b, top_k_b, top_p_b)
+        h, cache = model(last[:, None], (plen_b + i - 1)[:, None], cache, valid, prefix=pre)
+        tok, lp = sample(head(h[:, 0]), step_keys(i), temp_b, top_k_b, top_p_b)
         tok = jnp.where(done, 0, tok)
         out_t = jax.lax.dynamic_update_slice_in_dim(out_t, tok[:, None], i, 1)
         out_l = jax.lax.dynamic_update_slice_in_dim(out_l, jnp.where(done, 0., lp)[:, None], i, 1)

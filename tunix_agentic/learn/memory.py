@@ -11,21 +11,10 @@ from flax import nnx
 from .losses import token_logprobs, chunked_token_logprobs
 
 # %% auto #0
-__all__ = ['unembed_to_hidden', 'Remat', 'remat_layers', 'policy_logprobs', 'with_state_dtype']
+__all__ = ['Remat', 'remat_layers', 'policy_logprobs', 'with_state_dtype']
 
 # %% ../../nbs/07_learn/01a_memory.ipynb #303a8951
-def unembed_to_hidden(model: nnx.Module) -> tuple[jax.Array, float | None]:
-    "Make `model` return its last hidden states; returns (unembedding `[d, v]`, logit soft-cap)."
-    cfg = model.cfg
-    if cfg.tie_word_embeddings:
-        w_dv = model.embed_tokens.embedding[...].T
-        model.embed_tokens.attend = lambda x: x
-    else:
-        w_dv = model.lm_head.kernel[...]
-        model.lm_head = lambda x: x
-    softcap = getattr(cfg, 'final_logit_softcapping', None)
-    if softcap: model.cfg = cfg.replace(final_logit_softcapping=None)
-    return w_dv, softcap
+from ..models.decoder import unembed_to_hidden  # defined there: the sampler uses it too
 
 # %% ../../nbs/07_learn/01a_memory.ipynb #f92233b4
 class Remat(nnx.Module):

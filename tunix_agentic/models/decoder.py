@@ -16,7 +16,8 @@ from .attention import attention_scores, attend_rowwise
 
 # %% auto #0
 __all__ = ['DTYPES', 'DecoderConfig', 'hf_dtype', 'hf_shape', 'refuse_unimplemented', 'RMSNorm', 'rope', 'KVCache', 'attend',
-           'DecoderModel', 'check_decoder', 'hf_name', 'hf_param_names', 'hf_state_dict', 'safetensors_files']
+           'DecoderModel', 'check_decoder', 'unembed_to_hidden', 'unembed', 'hf_name', 'hf_param_names',
+           'hf_state_dict', 'safetensors_files']
 
 # %% ../../nbs/04_models/00a_decoder.ipynb #9f3d2a01
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16, 'float16': jnp.float16}
@@ -188,6 +189,26 @@ def check_decoder(model) -> DecoderModel:
     if got[:len(want)] != want:
         raise TypeError(f'{name}.__call__ takes {got}; expected {want}')
     return model
+
+# %% ../../nbs/04_models/00a_decoder.ipynb #f1a0c002
+def unembed_to_hidden(model: nnx.Module) -> tuple[jax.Array, float | None]:
+    "Make `model` return its last hidden states; returns (unembedding `[d, v]`, logit soft-cap)."
+    cfg = model.cfg
+    if cfg.tie_word_embeddings:
+        w_dv = model.embed_tokens.embedding[...].T
+        model.embed_tokens.attend = lambda x: x
+    else:
+        w_dv = model.lm_head.kernel[...]
+        model.lm_head = lambda x: x
+    softcap = getattr(cfg, 'final_logit_softcapping', None)
+    if softcap: model.cfg = cfg.replace(final_logit_softcapping=None)
+    return w_dv, softcap
+
+def unembed(h_xd: jax.Array, w_dv: jax.Array, softcap: float | None = None) -> jax.Array:
+    "The logits of hidden states `h_xd` (any leading axes), soft-capped as the model does."
+    z = jnp.dot(h_xd, w_dv)
+    if not softcap: return z
+    return (jnp.tanh(z.astype(jnp.float32) / softcap) * softcap).astype(z.dtype)
 
 # %% ../../nbs/04_models/00a_decoder.ipynb #2ca3f4dd
 def hf_name(path: tuple) -> tuple[str, bool]:
