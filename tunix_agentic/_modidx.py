@@ -2000,6 +2000,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                           'tunix_agentic/rollout/workers.py'),
                                                'tunix_agentic.rollout.workers.WorkerPool.run': ( '06_rollout/workers.html#workerpool.run',
                                                                                                  'tunix_agentic/rollout/workers.py'),
+                                               'tunix_agentic.rollout.workers.mean_reports': ( '06_rollout/workers.html#mean_reports',
+                                                                                               'tunix_agentic/rollout/workers.py'),
                                                'tunix_agentic.rollout.workers.multiply_solver': ( '06_rollout/workers.html#multiply_solver',
                                                                                                   'tunix_agentic/rollout/workers.py'),
                                                'tunix_agentic.rollout.workers.scripted_calculator': ( '06_rollout/workers.html#scripted_calculator',
