@@ -89,7 +89,7 @@ def allgather_objects(obj: Any) -> list:
     data = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
     sizes = np.asarray(multihost_utils.process_allgather(np.array([data.size], np.int64)))
     sizes = sizes.reshape(-1)
-    padded = np.zeros(int(sizes.max()), np.uint8)
+    padded = np.zeros(1 << max(int(sizes.max()) - 1, 4095).bit_length(), np.uint8)  # bucketed
     padded[:data.size] = data
     rows = np.asarray(multihost_utils.process_allgather(padded))
     return [pickle.loads(row[:n].tobytes()) for row, n in zip(rows, sizes)]
