@@ -1,7 +1,8 @@
 """A `Run`'s learner over two `jax.distributed` CPU processes (gloo, one device each, `sharding.data=-1`)
-against one process: SFT warm start (2 steps) and one GRPO step with each process's own engine,
-then an orbax checkpoint both write into one folder and both restore; max abs param difference,
-wall times (about 3.5 minutes on 2 CPU cores).
+against one process: SFT warm start (2 steps) and one GRPO step whose groups the two processes split
+(each collects its share on its own engine, then they exchange them), then an orbax checkpoint
+both write into one folder and both restore; max abs param difference, wall times (about 3.5
+minutes on 2 CPU cores).
 
     JAX_PLATFORMS=cpu .venv/bin/python bench/two_processes.py
 """
@@ -11,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import tempfile
 
-# each process: SFT warm start and one GRPO step (episodes from this process's own engine, the
-# update over the mesh of both processes' devices), then a checkpoint and its restore
+# each process: SFT warm start and one GRPO step (this process's share of the groups from its own
+# engine, every share exchanged; the update over the mesh of both processes' devices), then a
+# checkpoint and its restore
 WORKER = textwrap.dedent('''
     import json, sys, time
     pid, n, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]

@@ -8,6 +8,7 @@ import pytest
 from tunix_agentic.rollout.collector import Collector, CollectConfig, TrajectoryCollector, WeightsSink
 from tunix_agentic.rollout.workers import WorkerPool, scripted_calculator
 from tunix_agentic.rollout.process_workers import ProcessCollector
+from tunix_agentic.rollout.split import SplitCollector
 from tunix_agentic.serve.remote import RemoteCollector
 
 TASKS = [{'question': f'What is {a}*{a + 2}?', 'answer': str(a * (a + 2))} for a in (11, 12)]
@@ -18,7 +19,8 @@ def _signature(fn):
     return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
 
 
-@pytest.mark.parametrize('cls', [TrajectoryCollector, RemoteCollector, ProcessCollector, 'ray'])
+@pytest.mark.parametrize('cls', [TrajectoryCollector, RemoteCollector, ProcessCollector, SplitCollector,
+                                 'ray'])
 def test_collect_many_has_the_protocols_signature(cls):
     if cls == 'ray': cls = pytest.importorskip('tunix_agentic.rollout.ray_workers').RayCollector
     assert _signature(cls.collect_many) == _signature(Collector.collect_many)

@@ -4,7 +4,8 @@ from tunix_agentic.app.calc_tasks import (COMPOSITIONS, Teacher, make_splits, de
                                       parse_question)
 from tunix_agentic.app.config import load_config
 from tunix_agentic.app.demo import format_summary
-from tunix_agentic.app.run import Run, run_seeds
+from tunix_agentic.app.run import Run
+from tunix_agentic.app.seeds import run_seeds
 from tunix_agentic.chat.tokenizer import build_tiny_tokenizer
 
 

@@ -113,7 +113,8 @@ def _train(cfg, verbose: bool, seeds: list[int] | None = None, jobs: int = 1,
     lock_run_folder(folder or cfg.log.output_dir)  # a second train into it: one line, exit 2
     print(f'# resolved config (saved as {saved})\n{to_yaml(cfg)}', flush=True)
     _quiet(verbose)
-    from tunix_agentic.app.run import Run, run_seeds
+    from tunix_agentic.app.run import Run
+    from tunix_agentic.app.seeds import run_seeds
     from tunix_agentic.app.demo import format_summary
     if not seeds or len(seeds) == 1:
         print(format_summary(Run(cfg).train()))

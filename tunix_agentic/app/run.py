@@ -17,18 +17,18 @@ from .config import RunConfig, ConfigError, load_config, to_yaml
 from .preflight import preflight, load_tasks, lock_run_folder, check_resumable
 from .mesh import learner_mesh
 from ..core.distributed import local_module, process_folder
-from .compose import (build_policy, make_engine, make_collector, evaluate,
-                                       engine_on_copy, evaluate_both, teacher_demonstrations,
-                                       sft_warm_start, diagnosis_of, env_factory, agent_factory,
-                                       make_worker_pool, trainer_config, loop_config,
-                                       prompt_tokens, episode_config)
-from .demo import plot_demo, seeds_table, plot_seeds
+from .compose import (build_policy, make_engine, evaluate, engine_on_copy,
+                                       evaluate_both, teacher_demonstrations, sft_warm_start,
+                                       diagnosis_of, env_factory, agent_factory, trainer_config,
+                                       loop_config, prompt_tokens, episode_config)
+from .demo import plot_demo
 from .stats import heldout_pairs
-from .sglang_rollouts import check_policy, sglang_engine
+from .rollouts import (check_rollouts, rollout_rows, rollout_engine,
+                                        rollout_collector, close_once)
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['compilation_cache', 'DriftTally', 'Run', 'evaluate_checkpoint', 'train_subprocess', 'run_seeds']
+__all__ = ['compilation_cache', 'DriftTally', 'Run', 'evaluate_checkpoint']
 
 # %% ../../nbs/10_app/03_run.ipynb #b97e3038
 def compilation_cache(folder: str | Path | None = None) -> str | None:
@@ -73,7 +73,7 @@ class Run:
         self.train_tasks, self.heldout = load_tasks(cfg)
         self.model, self.tok = build_policy(cfg)
         self.mesh = learner_mesh(cfg, self.model)  # None: one device (`sharding:` all 1s)
-        if cfg.engine.kind == 'sglang': check_policy(self.model, cfg)  # before the warm start
+        check_rollouts(cfg, self.model)  # before the warm start
         self.pad_id = self.tok.convert_tokens_to_ids(cfg.chat.pad_token)
         if self.pad_id is None or self.pad_id == self.tok.unk_token_id:
             raise ConfigError(f'chat.pad_token={cfg.chat.pad_token!r}: not in the tokenizer')
@@ -133,18 +133,12 @@ def _learner(self: Run) -> Trainer:
                                 mesh=self.mesh)
     return self._learner
 
-def _rows(self: Run) -> int:
-    c = self.cfg
-    return max(c.tasks.n_heldout, c.collect.tasks_per_step * c.collect.group_size)
+def _rows(self: Run) -> int: return rollout_rows(self.cfg)
 
 def _engine(self: Run):
-    c = self.cfg
-    if self._engine is None and c.engine.kind == 'sglang':   # checked after every push
-        self._engine = sglang_engine(self.model, self.tok, c, self.rows, self.out / 'sglang_model',
-                                     self.train_tasks)
-    if self._engine is None:
-        self._engine = make_engine(local_module(self.model), self.tok, self.rows,
-                                   c.engine.max_batch)  # this host's own engine
+    if self._engine is None:  # this host's own (sglang-jax: saved to and started from a folder)
+        self._engine = rollout_engine(self.cfg, self.model, self.tok, self.out / 'sglang_model',
+                                      self.train_tasks)
     return self._engine
 
 Run.learner, Run.rows, Run.engine = property(_learner), property(_rows), property(_engine)
@@ -155,9 +149,7 @@ def _loop(self: Run) -> OnlineLoop:
         c = self.cfg
         lock_run_folder(self.out)  # the loop writes checkpoints there
         lcfg = loop_config(c, self.out / 'grpo', self.checkpoint_dir)
-        coll = (make_collector(self.engine, self.tok, c, c.collect.group_size, c.seed,
-                               c.episode.sampling.temperature) if c.workers.kind == 'none'
-                else make_worker_pool(c, self.rows))  # workers build their own engines
+        coll = rollout_collector(c, lambda: self.engine, self.tok)  # a share on each process
         self._loop = OnlineLoop(self.learner, coll, self.train_tasks, lcfg, sinks=self.sinks,
                                 on_step=self._on_step)
     return self._loop
@@ -279,7 +271,7 @@ def _train(self: Run) -> dict:
     if resuming: check_resumable(self.out / 'config.yaml', c)  # this run's checkpoint, no other's
     (self.out / 'config.yaml').write_text(to_yaml(c))
     self.sinks = MetricSinks(self.out, c.log.tensorboard, c.log.wandb_project, config=c.to_dict())
-    pool = None  # the evaluation beside GRPO; shut down in `finally` if GRPO fails
+    pool = frozen = None  # the evaluation beside GRPO and its engine; ended in `finally`
     compiles = CompileLog().start()  # what XLA compiled (or loaded from the cache), for the summary
     try:
         kept = self._read_before() if resuming else None
@@ -302,13 +294,12 @@ def _train(self: Run) -> dict:
             self.sinks.write(k, {**d, 'greedy_final_answer': g['final_answer']}, 'heldout/')
         plot = plot_demo(self.sft_losses, records, before, after, self.out / 'demo.png',
                          c.sft.short_steps)
-        for e in (engine, frozen, self._eval_engine): e is not None and e.close()
         model_dir = self.save() if c.checkpoint.save_hf else None
     finally:
         compiles.stop()
         if pool: pool.shutdown(wait=False, cancel_futures=True)
-        if c.workers.kind != 'none' and self._loop is not None: self._loop.collector.close()
-        if c.engine.kind == 'sglang' and self._engine is not None: self._engine.close()  # threads
+        workers = self._loop.collector if c.workers.kind != 'none' and self._loop else None
+        close_once(self._engine, frozen, self._eval_engine, workers)  # each once, also on failure
         self.sinks.close()
         self.sinks = None
     self.times['total_s'] = time.perf_counter() - t0
@@ -363,36 +354,3 @@ def evaluate_checkpoint(cfg: RunConfig, checkpoint: str | Path) -> dict:
     eng.close()
     return {'step': at, 'checkpoint': str(d), 'problems': len(run.heldout), 'sampled': sampled,
             'greedy': greedy}
-
-# %% ../../nbs/10_app/03_run.ipynb #cac9f911
-def _train_from_yaml(path: str | Path) -> dict:
-    "`Run(...).train()` on the config at `path` (the entry point of a seed's own process)."
-    logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
-    logging.getLogger('tunix_agentic.chat.encoder').setLevel(logging.ERROR)
-    _log.setLevel(logging.INFO)
-    return Run(load_config(path)).train()
-
-def train_subprocess(cfg: RunConfig) -> dict:
-    "`Run(cfg).train()` in a fresh Python process; its summary."
-    import subprocess, sys
-    out = Path(cfg.log.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / 'config.yaml').write_text(to_yaml(cfg))
-    code = ('import sys; from tunix_agentic.app.run import _train_from_yaml; '
-            '_train_from_yaml(sys.argv[1])')
-    subprocess.run([sys.executable, '-c', code, str(out / 'config.yaml')], check=True)
-    return json.loads((out / 'summary.json').read_text())
-
-# %% ../../nbs/10_app/03_run.ipynb #3d06aff1
-def run_seeds(cfg: RunConfig, seeds: Sequence[int], jobs: int = 1) -> dict:
-    "`train` for each seed in its own process (`jobs` at a time) in `<output_dir>/seed_<s>`."
-    if jobs < 1: raise ConfigError(f'jobs={jobs}: expected an integer >= 1')
-    root = Path(cfg.log.output_dir)
-    cfgs = [load_config(cfg.to_dict(), overrides=[f'seed={s}', f'log.output_dir={root}/seed_{s}'])
-            for s in seeds]
-    with ThreadPoolExecutor(jobs) as ex: runs = list(ex.map(train_subprocess, cfgs))
-    table = seeds_table(runs)
-    (root / 'seeds.md').write_text(table + '\n')
-    (root / 'seeds.json').write_text(json.dumps(runs, indent=2))
-    return {'table': table, 'runs': runs, 'plot': str(plot_seeds(runs, root / 'seeds.png')),
-            'paths': {'table': str(root / 'seeds.md'), 'summaries': str(root / 'seeds.json')}}

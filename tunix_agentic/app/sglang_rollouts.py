@@ -107,8 +107,7 @@ class CheckedSglangEngine(SglangJaxEngine):
         self.check()
 
     def close(self):
-        "Close sglang-jax and the reference (again: nothing)."
-        if getattr(self, '_closed', False): return
+        "Close sglang-jax and the reference."
         super().close()
         self.reference.close()
 

@@ -12,7 +12,7 @@ _log = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['ENV_VARS', 'job_args', 'init_distributed', 'host_value', 'host_float', 'local_params', 'local_module',
-           'is_main_process', 'process_folder']
+           'is_main_process', 'process_folder', 'allgather_objects']
 
 # %% ../../nbs/00_core/05_distributed.ipynb #3a6812f5
 ENV_VARS = {k: f'TUNIX_AGENTIC_{k.upper()}' for k in ('coordinator', 'num_processes', 'process_id')}
@@ -79,3 +79,17 @@ def process_folder(root: str | Path) -> Path:
     import jax
     i = jax.process_index()
     return Path(root) if i == 0 else Path(root) / f'process_{i}'
+
+# %% ../../nbs/00_core/05_distributed.ipynb #cbd98744
+def allgather_objects(obj: Any) -> list:
+    "`obj` of every process (picklable), in process order; each process must call this."
+    import jax, pickle
+    if jax.process_count() == 1: return [obj]
+    from jax.experimental import multihost_utils
+    data = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+    sizes = np.asarray(multihost_utils.process_allgather(np.array([data.size], np.int64)))
+    sizes = sizes.reshape(-1)
+    padded = np.zeros(1 << max(int(sizes.max()) - 1, 4095).bit_length(), np.uint8)  # bucketed
+    padded[:data.size] = data
+    rows = np.asarray(multihost_utils.process_allgather(padded))
+    return [pickle.loads(row[:n].tobytes()) for row, n in zip(rows, sizes)]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio, concurrent.futures, contextlib, logging, threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Sequence
 from fastcore.basics import patch
 from ..chat.encoder import chat_format
 from ..core.sync import run_sync
@@ -187,6 +188,7 @@ class BaseEngine(ABC):
     batch_wait_s: float = 0.0  # extra gathering time per batch
     batch_in_thread: bool = True  # run `generate` in a worker thread (keeps the event loop free)
     lockstep: bool = False  # batches independent of timing (see `RequestBatcher`)
+    push_metrics: Mapping[str, float] = MappingProxyType({})  # the last push's report (see below)
     _batcher: RequestBatcher | None = None
 
     @abstractmethod

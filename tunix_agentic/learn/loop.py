@@ -222,7 +222,7 @@ def train_on(self: OnlineLoop, step: int, trajs: list[Trajectory], extra: dict) 
            'episodes': len(trajs), 'max_staleness_trained': max(stale, default=0),
            'dropped_stale': self.dropped_stale, 'policy_version': self.trainer.step,
            'time_train_s': t_train, 'time_push_s': t_push, **extra,
-           **getattr(self.engine, 'push_metrics', {})}  # e.g. sglang-jax's check
+           **self.engine.push_metrics}  # what the push reported (e.g. sglang-jax's check)
     tokens = rec.get('tokens/response', 0.0) * len(trajs)  # a mean per episode
     rec['tokens_per_s'] = tokens / max(rec.get('time_collect_s', 0.0), 1e-9)
     self.records.append(rec)

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import asyncio, contextlib, dataclasses, gc, itertools, logging, threading, time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol, runtime_checkable
+from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
 from fastcore.basics import patch
 from ..core.trajectory import Trajectory, TrajectoryStatus
 from ..engines.engine import BaseEngine, SamplingParams, run_sync
@@ -226,6 +226,7 @@ def run(self: TrajectoryCollector, tasks: Iterable[dict], **kw) -> list[Trajecto
 @runtime_checkable
 class WeightsSink(Protocol):
     "Where a learner's new weights go: an engine, or the engines of every rollout worker."
+    push_metrics: Mapping[str, float]  # what the last push reported (recorded by the loop)
     def update_params(self, params: Any, version: int | None = None) -> Any: ...
 
 @runtime_checkable

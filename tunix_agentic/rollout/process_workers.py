@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable
 from fastcore.basics import patch
 from .collector import (CollectConfig, TrajectoryCollector, WeightsSink,
                                              frozen_heap)
-from .workers import RolloutWorker, WorkerDied, WorkerPool
+from .workers import RolloutWorker, WorkerDied, WorkerPool, mean_reports
 from ..core.trajectory import Trajectory
 
 # %% auto #0
@@ -143,6 +143,7 @@ class ProcessWeights:
     "The `weights` sink of a `ProcessCollector`: new weights go to every worker's engine."
     def __init__(self, collector):  # a ProcessCollector: defined below, so not an annotation
         self.collector, self.policy_version = collector, 0
+        self.push_metrics: dict[str, float] = {}  # the workers' engines' reports, averaged
     def update_params(self, params: Any, version: int | None = None):
         "Send `params` (a module's state, as host arrays) to every worker's engine; wait for all."
         import jax
@@ -150,7 +151,8 @@ class ProcessWeights:
         self.policy_version = self.policy_version + 1 if version is None else int(version)
         if isinstance(params, nnx.Module): params = nnx.state(params)  # arrays, not the module
         params = jax.device_get(params)
-        for f in self.collector._broadcast('update', (params, self.policy_version)): f.result()
+        sent = self.collector._broadcast('update', (params, self.policy_version))
+        self.push_metrics = mean_reports([f.result() for f in sent])
     def versions(self) -> list[list[int]]:
         "The versions each live worker was given, in order."
         return [f.result() for f in self.collector._broadcast('versions', None)]

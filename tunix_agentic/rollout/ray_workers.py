@@ -9,7 +9,7 @@ from typing import Any, Callable
 from fastcore.basics import patch
 from .collector import CollectConfig, TrajectoryCollector, WeightsSink
 from .workers import (RolloutWorker, WorkerDied, WorkerPool,
-                                           multiply_solver, scripted_calculator)
+                                           mean_reports, multiply_solver, scripted_calculator)
 from ..tools.ray_limiter import require_ray
 from ..core.trajectory import Trajectory
 
@@ -23,12 +23,14 @@ class WorkerWeights:
     "The `weights` sink of a `RayCollector`: new weights go to every worker's engine."
     def __init__(self, workers: list): # the workers' actor handles (shared with the collector)
         self.workers, self.policy_version = workers, 0
+        self.push_metrics: dict[str, float] = {}  # the workers' engines' reports, averaged
     def update_params(self, params: Any, version: int | None = None):
         "Put `params` in the object store once; return when every worker's engine has them."
         ray = require_ray()
         self.policy_version = self.policy_version + 1 if version is None else int(version)
         ref = ray.put(params)
-        ray.get([w.update_params.remote(ref, self.policy_version) for w in self.workers])
+        sent = [w.update_params.remote(ref, self.policy_version) for w in self.workers]
+        self.push_metrics = mean_reports(ray.get(sent))
     def versions(self) -> list[list[int]]:
         "The versions each worker was given, in order."
         ray = require_ray()

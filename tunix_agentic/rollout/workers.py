@@ -5,7 +5,7 @@
 # %% ../../nbs/06_rollout/03_workers.ipynb #dbf36ab2
 from __future__ import annotations
 import asyncio, collections, itertools, logging, os, socket
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 from fastcore.basics import patch
 from .collector import (CollectConfig, TrajectoryCollector, WeightsSink,
                                              frozen_heap)
@@ -14,7 +14,7 @@ from ..engines.engine import run_sync
 from ..core.trajectory import Trajectory
 
 # %% auto #0
-__all__ = ['RolloutWorker', 'multiply_solver', 'scripted_calculator', 'WorkerDied', 'WorkerPool']
+__all__ = ['RolloutWorker', 'mean_reports', 'multiply_solver', 'scripted_calculator', 'WorkerDied', 'WorkerPool']
 
 # %% ../../nbs/06_rollout/03_workers.ipynb #a49841c8
 _log = logging.getLogger(__name__)
@@ -39,11 +39,19 @@ class RolloutWorker:
                             group_size: int | None = None) -> list[Trajectory]:
         "The episodes of one task group (seeds derive from `group_id`)."
         return await self.collector.collect_group(task, group_size=group_size, group_id=group_id)
-    def update_params(self, params: Any, version: int) -> int:
-        "Give this worker's engine new weights of policy `version`."
+    def update_params(self, params: Any, version: int) -> dict[str, float]:
+        "Give this worker's engine new weights of policy `version`; the engine's `push_metrics`."
         self.collector.engine.update_params(params, version)
         self.versions.append(version)
-        return version
+        return dict(self.collector.engine.push_metrics)
+
+def mean_reports(reports: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    "The workers' push reports averaged key by key (a pool's `push_metrics`)."
+    reports = list(reports)
+    keys = {k: [] for r in reports for k in r}
+    for r in reports:
+        for k, v in r.items(): keys[k].append(float(v))
+    return {k: sum(v) / len(v) for k, v in keys.items()}
 
 # %% ../../nbs/06_rollout/03_workers.ipynb #e8776f20
 def multiply_solver(prompt: str) -> str:
