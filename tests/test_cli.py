@@ -35,12 +35,28 @@ def test_episode_prints_tokens_and_masks():
     assert mask_rows == ['0', '1', '0', '1', '0', '1'], mask_rows
 
 
+@pytest.fixture(scope='module')
+def quick_demo(tmp_path_factory):
+    "`tunix-agentic demo --quick` run once for the tests below: (its folder, the finished process)."
+    out = tmp_path_factory.mktemp('quick') / 'demo'
+    return out, run('demo', '--quick', '--out', str(out), timeout=590)
+
+
+@pytest.fixture(scope='module')
+def quick_train(tmp_path_factory):
+    """`train calculator_quick` run once: (its folder, the process, summary.json as it finished);
+    only `test_a_run_folder_resumes_only_its_own_run` changes the folder afterwards."""
+    out = tmp_path_factory.mktemp('quick') / 'run'
+    r = run('train', 'calculator_quick', f'log.output_dir={out}', timeout=450)
+    summary = (out / 'summary.json').read_text() if (out / 'summary.json').exists() else None
+    return out, r, summary
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_demo_quick_writes_its_outputs(tmp_path):
+def test_demo_quick_writes_its_outputs(quick_demo):
     "`tunix-agentic demo --quick` runs the whole pipeline (SFT, GRPO, eval) and leaves plot, metrics, dumps."
-    out = tmp_path / 'demo'
-    r = run('demo', '--quick', '--out', str(out), timeout=590)
+    out, r = quick_demo
     assert r.returncode == 0, r.stderr[-3000:]
     assert (out / 'demo.png').stat().st_size > 1000
     assert (out / 'summary.json').exists()
@@ -94,17 +110,16 @@ def test_jobs_with_one_seed_warns(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_train_preset_prints_the_demos_summary(tmp_path):
+def test_train_preset_prints_the_demos_summary(quick_demo, quick_train):
     "`demo --quick` is `train calculator_quick`: the same summary.json, times and paths aside."
-    a = run('demo', '--quick', '--out', str(tmp_path / 'a'), timeout=450)
-    b = run('train', 'calculator_quick', f'log.output_dir={tmp_path / "b"}', timeout=450)
+    (out_a, a), (_, b, summary_b) = quick_demo, quick_train
     assert a.returncode == 0 and b.returncode == 0, a.stderr[-2000:] + b.stderr[-2000:]
     assert b.stdout.startswith('# resolved config') and 'grpo:' in b.stdout
-    load = lambda d: json.loads((tmp_path / d / 'summary.json').read_text())
     # times, paths, and what XLA compiled or loaded (that depends on the JAX cache's state) aside
     strip = lambda s: {k: v for k, v in s.items()
                        if k not in ('times', 'paths', 'config', 'compilation')}
-    assert json.dumps(strip(load('a'))) == json.dumps(strip(load('b')))
+    assert json.dumps(strip(json.loads((out_a / 'summary.json').read_text()))) == \
+        json.dumps(strip(json.loads(summary_b)))
     assert 'nan%' not in a.stdout
 
 
@@ -159,10 +174,9 @@ def test_train_restarts_once_with_huge_pages():
 
 
 @pytest.mark.timeout(400)
-def test_a_run_folder_resumes_only_its_own_run(tmp_path):
+def test_a_run_folder_resumes_only_its_own_run(quick_train):
     "`demo --quick` then `demo` into one folder ran GRPO from the quick checkpoint (0% -> 0%, no error)."
-    out = tmp_path / 'run'
-    first = run('train', 'calculator_quick', f'log.output_dir={out}', timeout=300)
+    out, first, _ = quick_train
     assert first.returncode == 0, first.stderr[-2000:]
     pairs = json.loads((out / 'summary.json').read_text())['heldout_pairs']  # issue 40
     assert pairs['sampled']['problems'] == 5 and '  lift ' in first.stdout, pairs

