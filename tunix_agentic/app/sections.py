@@ -156,6 +156,7 @@ class SglangSection:
     strict: bool = True             # a mismatch stops training (False: logged and recorded only)
     timeout_s: float = 300.0        # limit for one engine call (a hung sglang-jax call raises)
     max_total_tokens: int | None = None  # KV pool in tokens (None: every row's full context)
+    max_running_requests: int | None = None  # rows decoded at once (None: engine.max_batch)
     def __post_init__(self):
         check(self.check_prompts >= 0, 'sglang.check_prompts', self.check_prompts,
               'an integer >= 0')
@@ -163,6 +164,8 @@ class SglangSection:
         check(self.timeout_s > 0, 'sglang.timeout_s', self.timeout_s, 'a number of seconds > 0')
         check(self.max_total_tokens is None or self.max_total_tokens > 0,
               'sglang.max_total_tokens', self.max_total_tokens, 'None or an integer > 0')
+        check(self.max_running_requests is None or self.max_running_requests >= 2,
+              'sglang.max_running_requests', self.max_running_requests, 'None or an integer >= 2')
 
 # %% ../../nbs/10_app/00a_sections.ipynb #02777986
 @dataclass(frozen=True, kw_only=True)

@@ -57,7 +57,8 @@ def _device() -> str:
 
 def sglang_config(cfg: RunConfig, rows: int) -> SglangConfig:
     "Engine arguments for `rows` concurrent episodes of `cfg` (CPU/GPU: native attention, f32)."
-    b = max(2, min(cfg.engine.max_batch, 1 << max(rows - 1, 0).bit_length()))
+    cap = cfg.sglang.max_running_requests or cfg.engine.max_batch
+    b = max(2, min(cap, 1 << max(rows - 1, 0).bit_length()))
     ctx = cfg.episode.max_seq_len + cfg.episode.sampling.max_new_tokens
     kw = dict(context_length=ctx, max_total_tokens=cfg.sglang.max_total_tokens or b * ctx,
               max_running_requests=b,
