@@ -275,14 +275,18 @@ def _train(self: Run) -> dict:
     compiles = CompileLog().start()  # what XLA compiled (or loaded from the cache), for the summary
     try:
         kept = self._read_before() if resuming else None
-        if kept: before, greedy_before = kept
-        else:  # a fresh run, or one killed before the evaluation beside GRPO was written
+        if not kept:  # a fresh run, or one killed before the evaluation after SFT was written
             if resuming: _log.warning('%s: no eval_before.json beside the checkpoint; warm start '
                                       'and before-RL evaluation done again', self.out)
             self.warm_start()
-            pool = ThreadPoolExecutor(1)
         engine = self.engine
-        frozen = engine_on_copy(self.model, self.tok, self.rows, c.engine.max_batch)
+        # one engine in turn (eval.beside_grpo false): no second copy of the weights and its cache
+        in_turn = c.engine.kind == 'jax' and not c.eval.beside_grpo
+        frozen = engine if in_turn else engine_on_copy(self.model, self.tok, self.rows,
+                                                       c.engine.max_batch)
+        if kept: before, greedy_before = kept
+        elif c.eval.beside_grpo: pool = ThreadPoolExecutor(1)
+        else: before, greedy_before = self._eval_before(frozen)
         before_job = pool.submit(self._eval_before, frozen) if pool else None
         records = self._grpo()
         if before_job is not None: before, greedy_before = before_job.result()
