@@ -247,8 +247,8 @@ class EvalSection:
     n_greedy: int = 64              # of the held-out problems, how many also run greedily
     every: int = 0                  # evaluate during GRPO every this many steps (0: never)
     size: int = 64                  # problems of each evaluation during GRPO
-    beside_grpo: bool = True        # the evaluation after SFT on a copy of the weights, beside GRPO
-                                    # (False: before GRPO on the rollout engine: no copy, less memory)
+    beside_grpo: bool = True        # evaluation after SFT beside GRPO, on a copy of the weights
+                                    # (False: before it on the rollout engine: no copy, less memory)
     def __post_init__(self):
         at_least(self, 'eval', ('n_greedy', 'size'))
         at_least(self, 'eval', ('every',), 0)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable
 import jax, jax.numpy as jnp
 from ..core.registry import Registry
+from ..models.decoder import unembed
 
 # %% auto #0
 __all__ = ['ADVANTAGES', 'AGGREGATIONS', 'grpo_advantages', 'drgrpo_advantages', 'rloo_advantages', 'zero_variance_groups',
@@ -106,9 +107,7 @@ def chunked_token_logprobs(h_btd: jax.Array, w_dv: jax.Array, targets_bt: jax.Ar
     temp = jnp.where(temperature > 0, temperature, 1.0)
     @jax.checkpoint
     def one(h_cd, y_c):
-        z_cv = jnp.dot(h_cd, w_dv).astype(jnp.float32)
-        if softcap: z_cv = jnp.tanh(z_cv / softcap) * softcap
-        z_cv = z_cv / temp
+        z_cv = unembed(h_cd, w_dv, softcap, jnp.float32) / temp  # the sampler's logits
         lse_c = jax.nn.logsumexp(z_cv, -1)
         p_cv = jnp.exp(z_cv - lse_c[:, None])
         return (jnp.take_along_axis(z_cv, y_c[:, None], -1)[:, 0] - lse_c,

@@ -204,11 +204,13 @@ def unembed_to_hidden(model: nnx.Module) -> tuple[jax.Array, float | None]:
     if softcap: model.cfg = cfg.replace(final_logit_softcapping=None)
     return w_dv, softcap
 
-def unembed(h_xd: jax.Array, w_dv: jax.Array, softcap: float | None = None) -> jax.Array:
+def unembed(h_xd: jax.Array, w_dv: jax.Array, softcap: float | None = None,
+            dtype=None) -> jax.Array: # None: the matmul's (the loss asks for float32)
     "The logits of hidden states `h_xd` (any leading axes), soft-capped as the model does."
     z = jnp.dot(h_xd, w_dv)
-    if not softcap: return z
-    return (jnp.tanh(z.astype(jnp.float32) / softcap) * softcap).astype(z.dtype)
+    out = z.dtype if dtype is None else dtype
+    if not softcap: return z.astype(out)
+    return (jnp.tanh(z.astype(jnp.float32) / softcap) * softcap).astype(out)
 
 # %% ../../nbs/04_models/00a_decoder.ipynb #2ca3f4dd
 def hf_name(path: tuple) -> tuple[str, bool]:
