@@ -254,3 +254,26 @@ def test_idle_engine_waits_and_close_ends_its_threads(ckpt):
     # could wait forever for a message to a detokenizer that has ended (a CI run stalled on it)
     from tunix_agentic.engines.sglang_threads import engine_sockets
     assert engine_sockets(r.engine) == []
+
+
+
+@pytest.mark.timeout(300)
+def test_engine_starts_while_other_processes_take_host_memory(ckpt, monkeypatch):
+    "sglang-jax reads free memory before and after loading: a neighbour's growth must not stop it."
+    import sgl_jax.srt.model_executor.model_runner as mr
+    reads = []
+    def shrinking(self):  # a fifth of the host's free memory taken by others after the first read
+        reads.append(len(reads))
+        return int(16e9 if len(reads) == 1 else 12.8e9)
+    monkeypatch.setattr(mr.ModelRunner, 'get_available_device_memory', shrinking)
+    with pytest.raises(Exception, match='Not enough memory'):  # the old CPU setting refused
+        SglangJaxEngine(ckpt[0], SglangConfig.cpu(timeout_s=120, mem_fraction_static=0.05)).close()
+    reads.clear()
+    r = SglangJaxEngine(ckpt[0], SglangConfig.cpu(timeout_s=120, max_total_tokens=2048))
+    try:
+        assert len(reads) >= 2, reads  # sglang-jax's check ran on the patched readings
+        assert r.runner.max_total_num_tokens == 2048  # and the pool is the configured size
+        out = r.generate(ckpt[4][:2], SamplingParams(temperature=0.0, max_new_tokens=4))
+        assert all(1 <= len(o.token_ids) <= 4 for o in out), out
+    finally:
+        r.close()

@@ -42,7 +42,8 @@ class SglangConfig:
     max_running_requests: int = 8
     max_prefill_tokens: int = 1024
     chunked_prefill_size: int = 512
-    mem_fraction_static: float = 0.05
+    mem_fraction_static: float = 0.9     # only sglang-jax's check that host memory held while the
+                                         # model loaded: the pool is `max_total_tokens` (see below)
     page_size: int = 1
     disable_precompile: bool = True
     disable_radix_cache: bool = False    # prefix cache on; `update_params` flushes it
@@ -109,7 +110,7 @@ class EngineError(RuntimeError):
 class EngineTimeoutError(EngineError, TimeoutError):
     "An engine call did not finish within its timeout."
 
-ENGINE_CRASHES = [0]   # sglang-jax scheduler crash reports in this process (see `_ProcessNoQuit`)
+ENGINE_CRASHES: list[str] = []  # sglang-jax scheduler crashes in this process: their exceptions
 
 class EngineCaller:
     "Run calls on one daemon worker thread, each under a timeout; a timeout breaks it for good."
@@ -128,17 +129,20 @@ class EngineCaller:
     def __call__(self, fn: Callable, timeout_s: float, what: str):
         if self.broken:
             raise EngineError(f'{self.name} is broken ({self.broken}); start a new engine')
-        fut, crashes = concurrent.futures.Future(), ENGINE_CRASHES[0]
+        fut, crashes = concurrent.futures.Future(), len(ENGINE_CRASHES)
         t_end = time.monotonic() + timeout_s
         self._q.put((fn, fut))
         while True:
             try: return fut.result(timeout=max(0.0, min(0.1, t_end - time.monotonic())))
             except concurrent.futures.TimeoutError: pass
-            except Exception as e: raise EngineError(f'{what} failed: {e!r}') from e
-            if ENGINE_CRASHES[0] != crashes:
+            except Exception as e:  # a scheduler crash is the cause: name it, not what followed
+                why = ENGINE_CRASHES[-1] if len(ENGINE_CRASHES) != crashes else repr(e)
+                raise EngineError(f'{what} failed: {why}') from e
+            if len(ENGINE_CRASHES) != crashes:
                 self.broken = f'the sglang-jax scheduler crashed during {what}'
-                raise EngineError(f'{what} failed: the sglang-jax scheduler crashed (its traceback '
-                                  f'is in the log); {self.name} is now unusable')
+                raise EngineError(f'{what} failed: the sglang-jax scheduler crashed with '
+                                  f'{ENGINE_CRASHES[-1]} (its traceback is in the log); '
+                                  f'{self.name} is now unusable')
             if time.monotonic() >= t_end:
                 fut.cancel()
                 self.broken = f'{what} timed out after {timeout_s:g}s'
@@ -209,7 +213,8 @@ class _ProcessNoQuit:
         return None if p is None else _ProcessNoQuit(p)
     def send_signal(self, sig):
         if sig != signal.SIGQUIT: return self._proc.send_signal(sig)
-        ENGINE_CRASHES[0] += 1
+        exc = sys.exc_info()[1]  # sglang-jax signals from inside its `except` block
+        ENGINE_CRASHES.append(repr(exc) if exc else 'no exception (its watchdog fired)')
         _log.error('sglang-jax scheduler crashed (SIGQUIT to pid %s suppressed); pending engine '
                   'calls fail now', self._proc.pid)
 
