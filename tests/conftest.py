@@ -21,6 +21,15 @@ def pytest_collection_modifyitems(config, items):
         if 'gpu' in item.keywords: item.add_marker(skip)
 
 
+def pytest_sessionfinish(session, exitstatus):
+    "The peak resident set of this process or of a child it waited for: `.ci/test` prints it per file."
+    if path := os.environ.get('TEST_PEAK_RSS_FILE'):
+        import resource
+        kb = max(resource.getrusage(who).ru_maxrss
+                 for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+        with open(path, 'w') as f: f.write(str(kb))
+
+
 def _oracle_mask(ids: list[int], prompt_len: int, header: list[int], end_id: int) -> list[int]:
     """A response mask from the token structure alone: 1 after each assistant `header` past the
     prompt, through the next `end_id` (the end-of-turn token) included; 0 everywhere else."""
