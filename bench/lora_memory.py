@@ -1,4 +1,5 @@
-"""The Gemma 3 270M GRPO update on one batch: full-parameter f32 against LoRA and LoRA over a bf16 base.
+"""The Gemma 3 270M GRPO update on one batch: full-parameter f32 against LoRA, LoRA over a bf16 base,
+and LoRA with rematerialised decoder layers (activations recomputed in the backward pass).
 
 Each variant runs in its own subprocess, so its peak RSS (getrusage maxrss, which includes loading the
 model) is its own. Per variant: peak RSS, seconds per update (the fastest after the first, which
@@ -17,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learner_memory import grpo_trajectories, load_gemma  # noqa: E402
 
-VARIANTS = ('full', 'lora', 'lora+bf16')
+VARIANTS = ('full', 'lora', 'lora+bf16', 'lora+remat')
 
 
 def child(a) -> dict:
@@ -29,7 +30,7 @@ def child(a) -> dict:
     lora = None if a.child == 'full' else LoraConfig(
         rank=a.rank, alpha=2.0 * a.rank, base_dtype='bfloat16' if a.child == 'lora+bf16' else None)
     cfg = TrainerConfig(learning_rate=1e-5, buckets=(a.seq,), micro_batches=a.micro,
-                        logit_chunk=a.chunk, lora=lora)
+                        logit_chunk=a.chunk, lora=lora, remat=a.child.endswith('+remat'))
     trajs = grpo_trajectories(a.batch, a.seq, 262144)
     batch = make_batch(trajs, buckets=(a.seq,), row_multiple=a.micro,
                        advantages=trajectory_advantages(trajs))

@@ -232,7 +232,11 @@ def test_real_gemma3_270m_tool_episode_masks_and_grpo_step(real_gemma, oracle_ma
                                      max_turns=5)})
     sampler = JaxEngine(model, config=JaxEngineConfig(max_batch=1, min_batch_bucket=1,
                                                       min_prompt_bucket=512, min_gen_bucket=32))
-    ccfg = CollectConfig(group_size=1, episode=EpisodeConfig(max_seq_len=1024, drift_policy='warn', sampling=SamplingParams(temperature=1.0, max_new_tokens=32)))
+    # the first episode compiles the real model's programs: minutes on a slow or busy 2-core VM,
+    # where EpisodeConfig's 120 s default once ended it as a timeout (the test's own limit: 900 s)
+    ccfg = CollectConfig(group_size=1, episode=EpisodeConfig(
+        max_seq_len=1024, drift_policy='warn', episode_timeout_s=800.0,
+        sampling=SamplingParams(temperature=1.0, max_new_tokens=32)))
     schemas = [t.schema for t in calculator_tools()]
     trajs, t0 = [], time.perf_counter()
     for script in (HERMES, HERMES[:2]):   # answer scripted, then sampled

@@ -179,6 +179,7 @@ class OptimSection:
     b2: float = 0.999               # AdamW's second-moment decay
     max_grad_norm: float = 1.0      # the gradient's global norm is clipped to this
     logit_chunk: int = 0            # log-probs this many tokens at a time (0: full logits)
+    remat: bool = False             # decoder layers recompute activations in the backward pass
     def _check_optim(self, s: str):
         in_range(self, s, 'learning_rate', 0, 1, open_lo=True)
         check(self.final_lr is None or 0 <= self.final_lr <= self.learning_rate, f'{s}.final_lr',
