@@ -93,7 +93,8 @@ def test_calculator_episode_through_both_engines():
     tv = collect(vanilla, tok)
     err_v = check(tv, golden, model, 'vanilla')
 
-    from tunix_agentic.engines.sglang_engine import SglangConfig, SglangJaxEngine
+    from tunix_agentic.engines.sglang_config import SglangConfig
+    from tunix_agentic.engines.sglang_engine import SglangJaxEngine
     sg = SglangJaxEngine(default_model_dir(), SglangConfig.cpu(
         context_length=1024, max_total_tokens=8192, max_prefill_tokens=2048,
         chunked_prefill_size=1024, timeout_s=300))
