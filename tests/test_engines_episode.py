@@ -15,7 +15,7 @@ from flax import nnx
 
 from tunix_agentic.chat.encoder import response_spans as _spans
 from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
-from tunix_agentic.rollout.episode import EpisodeConfig
+from tunix_agentic.rollout.episode_config import EpisodeConfig
 from tunix_agentic.models.default import default_model_dir, load_default
 from tunix_agentic.engines.engine import ScriptedEngine, SamplingParams
 from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
