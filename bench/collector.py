@@ -19,7 +19,7 @@ import logging; logging.basicConfig(level=logging_level)
 
 from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
 
-from tunix_agentic.rollout.episode import EpisodeConfig
+from tunix_agentic.rollout.episode_config import EpisodeConfig
 from tunix_agentic.envs.environments import EnvGroup, EnvSpec
 from tunix_agentic.engines.engine import ScriptedEngine, SamplingParams
 from tunix_agentic.chat.tokenizer import build_tiny_tokenizer

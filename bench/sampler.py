@@ -73,7 +73,8 @@ def main():
     t_bare = timed(bare, a.reps)
 
     # 3. sglang-jax on the same checkpoint
-    from tunix_agentic.engines.sglang_engine import SglangConfig, SglangJaxEngine
+    from tunix_agentic.engines.sglang_config import SglangConfig
+    from tunix_agentic.engines.sglang_engine import SglangJaxEngine
     sg = SglangJaxEngine(default_model_dir(), SglangConfig.cpu(timeout_s=600))
     out_s = sg.generate(prompts, sp)
     same = sum(o.token_ids == p.token_ids for o, p in zip(out_s, out_v))

@@ -30,7 +30,7 @@ import httpx
 
 from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
 
-from tunix_agentic.rollout.episode import EpisodeConfig
+from tunix_agentic.rollout.episode_config import EpisodeConfig
 from tunix_agentic.envs.environments import ToolEnvironment
 from tunix_agentic.serve.remote import RemoteCollector
 from tunix_agentic.engines.engine import SamplingParams, ScriptedEngine

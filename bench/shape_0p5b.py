@@ -87,7 +87,8 @@ def part_decode(a) -> dict:
     from tunix_agentic.models.qwen2 import load_hf
     from tunix_agentic.engines.engine import SamplingParams
     from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
-    from tunix_agentic.engines.sglang_engine import SglangConfig, SglangJaxEngine
+    from tunix_agentic.engines.sglang_config import SglangConfig
+    from tunix_agentic.engines.sglang_engine import SglangJaxEngine
     ps, sp = prompts(a.batch), SamplingParams(temperature=0.0, max_new_tokens=a.new)
     model, _ = load_hf(CKPT)
     ours = JaxEngine(model, config=JaxEngineConfig(max_batch=a.batch, min_batch_bucket=a.batch,
@@ -129,7 +130,8 @@ def part_turns(a) -> dict:
     from tunix_agentic.models.qwen2 import load_hf
     from tunix_agentic.engines.engine import SamplingParams
     from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
-    from tunix_agentic.engines.sglang_engine import SglangConfig, SglangJaxEngine
+    from tunix_agentic.engines.sglang_config import SglangConfig
+    from tunix_agentic.engines.sglang_engine import SglangJaxEngine
     sp = SamplingParams(temperature=0.0, max_new_tokens=a.new)
     model, _ = load_hf(CKPT)
     ours = JaxEngine(model, config=JaxEngineConfig(max_batch=a.batch, min_batch_bucket=a.batch,

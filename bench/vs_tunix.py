@@ -225,7 +225,7 @@ def ours_collector(spec: dict):
     sys.path.insert(0, str(ROOT))
     from tunix_agentic.envs.agents import ToolAgent
     from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
-    from tunix_agentic.rollout.episode import EpisodeConfig
+    from tunix_agentic.rollout.episode_config import EpisodeConfig
     from tunix_agentic.envs.environments import EnvGroup, EnvSpec
     from tunix_agentic.engines.engine import BaseEngine, GenerateOutput, SamplingParams
     from tunix_agentic.tools.base import FunctionTool

@@ -6,7 +6,7 @@ import pytest
 from tunix_agentic.envs.agents import ToolAgent
 from tunix_agentic.chat.encoder import EpisodeEncoder, chat_format, mask_runs, response_spans
 from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
-from tunix_agentic.rollout.episode import EpisodeConfig
+from tunix_agentic.rollout.episode_config import EpisodeConfig
 from tunix_agentic.ui.episode_driver import EpisodeDriver, run_async
 from tunix_agentic.engines.engine import SamplingParams, ScriptedEngine
 from tunix_agentic.engines.server import EngineServer

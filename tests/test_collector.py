@@ -6,7 +6,7 @@ import pytest
 from tunix_agentic.chat.encoder import response_spans as spans
 from tunix_agentic.rollout.workers import multiply_solver
 from tunix_agentic.rollout.collector import CollectConfig, EpisodeState, TrajectoryCollector, derive_seed
-from tunix_agentic.rollout.episode import EpisodeConfig
+from tunix_agentic.rollout.episode_config import EpisodeConfig
 from tunix_agentic.rollout.dumps import DumpWriter, load_step
 from tunix_agentic.envs.environments import EnvGroup, EnvSpec, ToolEnvironment
 from tunix_agentic.engines.engine import BaseEngine, GenerateOutput, ScriptedEngine, SamplingParams

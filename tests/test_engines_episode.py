@@ -15,7 +15,7 @@ from flax import nnx
 
 from tunix_agentic.chat.encoder import response_spans as _spans
 from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
-from tunix_agentic.rollout.episode import EpisodeConfig
+from tunix_agentic.rollout.episode_config import EpisodeConfig
 from tunix_agentic.models.default import default_model_dir, load_default
 from tunix_agentic.engines.engine import ScriptedEngine, SamplingParams
 from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
@@ -93,7 +93,8 @@ def test_calculator_episode_through_both_engines():
     tv = collect(vanilla, tok)
     err_v = check(tv, golden, model, 'vanilla')
 
-    from tunix_agentic.engines.sglang_engine import SglangConfig, SglangJaxEngine
+    from tunix_agentic.engines.sglang_config import SglangConfig
+    from tunix_agentic.engines.sglang_engine import SglangJaxEngine
     sg = SglangJaxEngine(default_model_dir(), SglangConfig.cpu(
         context_length=1024, max_total_tokens=8192, max_prefill_tokens=2048,
         chunked_prefill_size=1024, timeout_s=300))

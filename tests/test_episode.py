@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
-from tunix_agentic.rollout.episode import Episode, EpisodeConfig
+from tunix_agentic.rollout.episode import Episode
+from tunix_agentic.rollout.episode_config import EpisodeConfig
 from tunix_agentic.ui.episode_driver import EpisodeDriver, run_async
 from tunix_agentic.engines.engine import GenerateOutput, SamplingParams, ScriptedEngine, _sp_text_for
 from tunix_agentic.chat.tokenizer import build_tiny_tokenizer

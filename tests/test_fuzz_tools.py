@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tunix_agentic.tools.ratelimit import RateLimiter, ToolRateLimiter
-from tunix_agentic.tools.sandbox import CodeInterpreterTool, SandboxResult
+from tunix_agentic.tools.code_interpreter import CodeInterpreterTool
+from tunix_agentic.tools.sandbox import SandboxResult
 from tunix_agentic.tools.base import ToolError, ToolManager
 from tunix_agentic.tools.builtin import Gsm8kTool, calculator_tools
 from tunix_agentic.core.trajectory import ToolCall, ToolOutput

@@ -214,7 +214,7 @@ def test_real_gemma3_270m_tool_episode_masks_and_grpo_step(real_gemma, oracle_ma
     from tunix_agentic.tools.builtin import calculator_tools
     from tunix_agentic.chat.encoder import chat_format, mask_runs, response_spans
     from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
-    from tunix_agentic.rollout.episode import EpisodeConfig
+    from tunix_agentic.rollout.episode_config import EpisodeConfig
     from tunix_agentic.envs.environments import EnvGroup, EnvSpec
     from tunix_agentic.models.gguf_io import gguf_tokenizer
     from tunix_agentic.chat.tokenizer import GEMMA_CHAT_TEMPLATE

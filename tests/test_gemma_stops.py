@@ -8,7 +8,7 @@ import pytest
 
 from tunix_agentic.engines.engine import SamplingParams, ScriptedEngine
 from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
-from tunix_agentic.rollout.episode import EpisodeConfig
+from tunix_agentic.rollout.episode_config import EpisodeConfig
 from tunix_agentic.core.trajectory import TrajectoryStatus as S
 
 from conftest import CALC_SCRIPT, CALC_TASK, calc_group

@@ -139,7 +139,8 @@ def sharpen(model, factor=20.0):
 def test_sglang_serves_llama3_parity_and_swap(tmp_path):
     "sglang-jax's LlamaForCausalLM on our checkpoint: greedy tokens, logprobs as ours; hot-swap."
     pytest.importorskip('sgl_jax', reason='needs sglang-jax (extra: cpu)')
-    from tunix_agentic.engines.sglang_engine import SglangConfig, SglangJaxEngine
+    from tunix_agentic.engines.sglang_config import SglangConfig
+    from tunix_agentic.engines.sglang_engine import SglangJaxEngine
     cfg = Llama3Config.tiny(vocab_size=1024, tie_word_embeddings=False)
     m = sharpen(_randomize(Qwen2(cfg, rngs=nnx.Rngs(3))))
     save_hf(m, cfg, tmp_path)

@@ -120,7 +120,7 @@ ROLLOUT_WORKER = textwrap.dedent('''
     from tunix_agentic.envs.environments import ToolEnvironment
     from tunix_agentic.rollout.collector import TrajectoryCollector, CollectConfig
     from tunix_agentic.rollout.dumps import load_step
-    from tunix_agentic.rollout.episode import EpisodeConfig
+    from tunix_agentic.rollout.episode_config import EpisodeConfig
     from tunix_agentic.rollout.split import SplitCollector
     tok = build_tiny_tokenizer()
     mcfg = ModelConfig.tiny(vocab_size=len(tok), num_layers=1, hidden_size=32, intermediate_size=64,

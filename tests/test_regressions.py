@@ -94,7 +94,7 @@ def test_parser_errors_have_no_invisible_character():
 def test_stepper_goes_on_after_a_call_typed_wrong():
     """Regression (the stepper tutorial): after a typed malformed call, an engine that reads the
     tool results from the prompt did `int()` on the error text; the error text showed `\\u200b`."""
-    from tunix_agentic.rollout.episode import EpisodeConfig
+    from tunix_agentic.rollout.episode_config import EpisodeConfig
     from tunix_agentic.ui.stepper import EpisodeStepper
     tok = build_tiny_tokenizer()
     def call(name, a, b):

@@ -6,8 +6,9 @@ import asyncio, json, os, subprocess, sys, time, uuid
 
 import pytest
 
-from tunix_agentic.tools.sandbox import (CodeInterpreterTool, LocalSandbox, SandboxConfig,
-                                   SandboxFusionClient, SandboxFusionStandIn, _WANT)
+from tunix_agentic.tools.code_interpreter import CodeInterpreterTool
+from tunix_agentic.tools.sandbox import (LocalSandbox, SandboxConfig, SandboxFusionClient,
+                                         SandboxFusionStandIn, _WANT)
 from tunix_agentic.tools.base import ToolManager
 from tunix_agentic.core.trajectory import ToolCall
 

@@ -586,7 +586,7 @@ def test_isolation_none_has_its_own_server(sbx, iso):
 @pytest.mark.timeout(90)
 def test_deep_directories(sbx, iso):
     "1,500 nested dirs in a stateful scratch dir: the episode goes on, release removes the host dir."
-    from tunix_agentic.tools.sandbox import CodeInterpreterTool
+    from tunix_agentic.tools.code_interpreter import CodeInterpreterTool
     tool = CodeInterpreterTool(sbx)
     deep = ('import os\nfd = os.open(".", os.O_RDONLY)\nfor _ in range(1500):\n'
             '    os.mkdir("d", dir_fd=fd); n = os.open("d", os.O_RDONLY, dir_fd=fd); os.close(fd); fd = n\n'

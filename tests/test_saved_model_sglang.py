@@ -14,7 +14,8 @@ from tunix_agentic.app.calc_tasks import SYSTEM_PROMPT
 from tunix_agentic.app.run import Run
 from tunix_agentic.engines.engine import SamplingParams
 from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
-from tunix_agentic.engines.sglang_engine import SglangConfig, SglangJaxEngine
+from tunix_agentic.engines.sglang_config import SglangConfig
+from tunix_agentic.engines.sglang_engine import SglangJaxEngine
 from tunix_agentic.models.qwen2 import load_hf
 
 pytestmark = pytest.mark.slow

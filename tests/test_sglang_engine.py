@@ -13,8 +13,8 @@ from tunix_agentic.engines.engine import SamplingParams
 from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
 
 sgl = pytest.importorskip('sgl_jax')
-from tunix_agentic.engines.sglang_engine import (EngineError, EngineTimeoutError, SglangConfig,
-                                         SglangJaxEngine)
+from tunix_agentic.engines.sglang_config import SglangConfig
+from tunix_agentic.engines.sglang_engine import EngineError, EngineTimeoutError, SglangJaxEngine
 
 pytestmark = pytest.mark.slow
 

@@ -231,7 +231,7 @@ def test_dump_viewer_reports_torn_line(dump_dir):
 
 # ---------------------------------------------------------------- episode stepper
 from tunix_agentic.rollout.collector import CollectConfig, TrajectoryCollector
-from tunix_agentic.rollout.episode import EpisodeConfig
+from tunix_agentic.rollout.episode_config import EpisodeConfig
 from tunix_agentic.rollout.dumps import DumpWriter
 from tunix_agentic.engines.engine import ScriptedEngine, SamplingParams
 from tunix_agentic.chat.tokenizer import build_tiny_tokenizer

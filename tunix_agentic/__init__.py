@@ -22,7 +22,7 @@ _PUBLIC: dict[str, str] = {  # name -> the module (under tunix_agentic) that def
     'BaseEngine': 'engines.engine', 'SamplingParams': 'engines.engine',
     'GenerateOutput': 'engines.engine', 'JaxEngine': 'engines.jax_engine',
     'JaxEngineConfig': 'engines.jax_engine',
-    'Episode': 'rollout.episode', 'EpisodeConfig': 'rollout.episode',
+    'Episode': 'rollout.episode', 'EpisodeConfig': 'rollout.episode_config',
     'CollectConfig': 'rollout.collector', 'TrajectoryCollector': 'rollout.collector',
     'Trainer': 'learn.trainer', 'TrainerConfig': 'learn.trainer',
     'OnlineLoop': 'learn.loop', 'LoopConfig': 'learn.loop',

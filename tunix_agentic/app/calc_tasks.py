@@ -133,7 +133,7 @@ def demonstrations(tasks: Sequence[dict], tokenizer, teacher: Teacher | None = N
                    max_turns: int = 4, max_seq_len: int = 1024, seed: int = 0) -> list[Trajectory]:
     "One teacher episode per task, collected by `TrajectoryCollector`."
     from tunix_agentic.engines.engine import ScriptedEngine
-    from tunix_agentic.rollout.episode import EpisodeConfig
+    from tunix_agentic.rollout.episode_config import EpisodeConfig
     from tunix_agentic.rollout.collector import TrajectoryCollector, CollectConfig
     cfg = CollectConfig(episode=EpisodeConfig(max_seq_len=max_seq_len), seed=seed)  # turns: env's
     coll = TrajectoryCollector(ScriptedEngine(tokenizer, teacher or Teacher()), tokenizer,

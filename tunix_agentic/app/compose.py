@@ -16,7 +16,7 @@ from ..learn.trainer import Trainer, TrainerConfig
 from ..learn.lora import LoraConfig
 from ..learn.loop import LoopConfig, MetricSinks
 from ..core.sync import run_sync
-from ..rollout.episode import EpisodeConfig
+from ..rollout.episode_config import EpisodeConfig
 from ..rollout.collector import TrajectoryCollector, CollectConfig
 from .calc_tasks import SYSTEM_PROMPT, Teacher, demonstrations, diagnose
 from ..tools.builtin import exact_str, gsm8k_number

@@ -201,7 +201,7 @@ Run.save = _save
 def _stepper(self: Run):
     "The episode stepper widget over the held-out problems, on the current policy."
     from flax import nnx
-    from tunix_agentic.rollout.episode import EpisodeConfig
+    from tunix_agentic.rollout.episode_config import EpisodeConfig
     from tunix_agentic.ui.stepper import EpisodeStepper
     eng = engine_on_copy(self.model, self.tok, 1, 1)
     if self._learner is not None:

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any, Sequence
 import numpy as np
 from ..engines.engine import GenerateOutput, SamplingParams
-from ..engines.sglang_engine import EngineError, SglangConfig, SglangJaxEngine
+from ..engines.sglang_config import SglangConfig
+from ..engines.sglang_engine import EngineError, SglangJaxEngine
 from .config import RunConfig, ConfigError
 from .compose import agent_factory, env_factory
 _log = logging.getLogger(__name__)

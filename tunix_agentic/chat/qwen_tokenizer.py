@@ -8,7 +8,7 @@ import base64, hashlib, importlib.util, logging, os
 from pathlib import Path
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
 from transformers import PreTrainedTokenizerFast
-from .tokenizer import byte_alphabet, byte_pre_tokenizer
+from .bpe import byte_alphabet, byte_pre_tokenizer
 
 _log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import sys
 import threading, time
 
 import psutil
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,87 +21,13 @@ from flax import nnx
 
 from .engine import BaseEngine, GenerateOutput, SamplingParams, as_params_list
 from .sglang_threads import IdleWait, close_engine_sockets, engine_threads, end_engine_threads
+from .sglang_config import SglangConfig
 
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['ENGINE_CRASHES', 'SglangConfig', 'EngineError', 'EngineTimeoutError', 'EngineCaller', 'sglang_name',
-           'leaves_for_push', 'SglangJaxEngine']
-
-# %% ../../nbs/05_engines/04_sglang_engine.ipynb #6f976a9a
-@dataclass(frozen=True, kw_only=True)
-class SglangConfig:
-    "Engine arguments and call limits for `SglangJaxEngine`."
-    device: str = 'cpu'                  # must equal JAX_PLATFORMS (sglang-jax asserts it)
-    attention_backend: str = 'native'
-    dtype: str = 'float32'
-    tp_size: int = 1
-    device_indexes: tuple[int, ...] = (0,)
-    context_length: int = 512            # prompt + new tokens must fit
-    max_total_tokens: int = 4096
-    max_running_requests: int = 8
-    max_prefill_tokens: int = 1024
-    chunked_prefill_size: int = 512
-    mem_fraction_static: float = 0.9     # only sglang-jax's check that host memory held while the
-                                         # model loaded: the pool is `max_total_tokens` (see below)
-    page_size: int = 1
-    disable_precompile: bool = True
-    disable_radix_cache: bool = False    # prefix cache on; `update_params` flushes it
-    disable_overlap_schedule: bool = True   # overlap races on CPU: see below
-    bs_paddings: tuple[int, ...] | None = (2, 4, 8)   # batch buckets; never 1 on CPU (see below)
-    token_paddings: tuple[int, ...] | None = None     # token buckets (None: sglang-jax's default)
-    load_format: str = 'auto'
-    random_seed: int = 0
-    log_level: str = 'warning'
-    extra: tuple[tuple[str, Any], ...] = ()   # further Engine kwargs as (name, value) pairs
-    timeout_s: float = 120.0             # limit for one generate / weight push / flush
-    start_timeout_s: float = 300.0       # limit for Engine construction
-    flush_retries: int = 5
-    flush_retry_wait_s: float = 0.2
-    idle_poll_s: float = 0.05            # an idle scheduler's longest wait in one poll (see below)
-    close_timeout_s: float = 30.0        # limit for `close` to end the engine's threads
-
-    def __post_init__(self):
-        if self.idle_poll_s <= 0 or self.close_timeout_s <= 0:
-            raise ValueError(f'SglangConfig.idle_poll_s and close_timeout_s must be > 0, got '
-                             f'{self.idle_poll_s} and {self.close_timeout_s}')
-        if self.timeout_s <= 0 or self.start_timeout_s <= 0:
-            raise ValueError(f'SglangConfig timeouts must be > 0, got timeout_s={self.timeout_s}, '
-                             f'start_timeout_s={self.start_timeout_s}')
-        if self.device not in ('cpu', 'tpu', 'gpu'):
-            raise ValueError(f"SglangConfig.device={self.device!r}; expected 'cpu', 'tpu' or 'gpu'")
-
-    @classmethod
-    def cpu(cls, **kw) -> SglangConfig:
-        "The measured-working CPU configuration (tests, notebooks)."
-        return cls(**kw)
-
-    tiny = cpu
-
-    @classmethod
-    def tpu(cls, tp_size: int = 1, **kw) -> SglangConfig:
-        "A TPU starting point: flash attention, bf16, precompiled paddings (not run here)."
-        return cls(**{**dict(device='tpu', attention_backend='fa', dtype='bfloat16',
-            tp_size=tp_size,
-            device_indexes=tuple(range(tp_size)), context_length=4096, max_total_tokens=262144,
-            max_running_requests=256, max_prefill_tokens=16384, chunked_prefill_size=4096,
-            mem_fraction_static=0.4, page_size=64, disable_precompile=False,
-            bs_paddings=(8, 32, 64, 128, 256), token_paddings=(512, 1024, 2048, 4096)), **kw})
-
-    def engine_kwargs(self, model_dir: str | os.PathLike) -> dict:
-        "The keyword arguments for `sgl_jax` `Engine`."
-        kw = dict(model_path=str(model_dir), enable_single_process=True, skip_server_warmup=True,
-                  skip_tokenizer_init=True, enable_deterministic_sampling=True)
-        for f in ('device', 'attention_backend', 'dtype', 'tp_size', 'context_length',
-                  'max_total_tokens', 'max_running_requests', 'max_prefill_tokens',
-                  'chunked_prefill_size', 'mem_fraction_static', 'page_size', 'disable_precompile',
-                  'disable_radix_cache', 'disable_overlap_schedule', 'load_format', 'random_seed',
-                  'log_level'):
-            kw[f] = getattr(self, f)
-        kw['device_indexes'] = list(self.device_indexes)
-        if self.bs_paddings: kw['precompile_bs_paddings'] = list(self.bs_paddings)
-        if self.token_paddings: kw['precompile_token_paddings'] = list(self.token_paddings)
-        return {**kw, **dict(self.extra)}
+__all__ = ['ENGINE_CRASHES', 'EngineError', 'EngineTimeoutError', 'EngineCaller', 'sglang_name', 'leaves_for_push',
+           'SglangJaxEngine']
 
 # %% ../../nbs/05_engines/04_sglang_engine.ipynb #ff2c603a
 class EngineError(RuntimeError):

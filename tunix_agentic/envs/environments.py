@@ -135,7 +135,8 @@ TOOLSETS['calculator'] = _calculator_tools
 _SANDBOXES: dict = {}  # one warm LocalSandbox (fork server) shared by every environment
 
 def _code_interpreter_tools():
-    from tunix_agentic.tools.sandbox import CodeInterpreterTool, LocalSandbox
+    from tunix_agentic.tools.code_interpreter import CodeInterpreterTool
+    from tunix_agentic.tools.sandbox import LocalSandbox
     if 'local' not in _SANDBOXES: _SANDBOXES['local'] = LocalSandbox()
     return [CodeInterpreterTool(_SANDBOXES['local'])]
 TOOLSETS['code_interpreter'] = _code_interpreter_tools

@@ -15,8 +15,9 @@ from ..envs.environments import BaseEnv, EnvGroup
 from ..envs.agents import BaseAgent, ToolAgent
 from .dumps import DumpWriter
 from ..chat.encoder import chat_format
-from .episode import (Episode, EpisodeConfig, EpisodeState, checks_prefix,
-                                           derive_seed, publish)
+from .episode import Episode
+from .episode_config import (EpisodeConfig, EpisodeState, checks_prefix,
+                             derive_seed, publish)
 
 # %% auto #0
 __all__ = ['CollectConfig', 'TrajectoryCollector', 'frozen_heap', 'WeightsSink', 'Collector']

@@ -15,7 +15,7 @@ from ..envs.agents import ToolAgent
 from ..envs.environments import task_observation
 from ..rollout.episode import settle_rewards
 from ..rollout.collector import CollectConfig, TrajectoryCollector
-from ..rollout.episode import EpisodeState
+from ..rollout.episode_config import EpisodeState
 from ..engines.http_plumbing import AnswerError, ClientPool, post_bounded
 from ..tools.ratelimit import RetryLater, retry_async
 from ..engines.server import EngineServer

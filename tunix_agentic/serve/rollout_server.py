@@ -17,7 +17,8 @@ from ..envs.agents import ToolAgent
 from ..envs.environments import BaseEnv, ENV_REGISTRY, ToolEnvironment, resolve_tools
 from ..tools.base import ToolManager
 from ..core.trajectory import TrajectoryStatus
-from ..rollout.episode import Episode, EpisodeConfig, derive_seed
+from ..rollout.episode import Episode
+from ..rollout.episode_config import EpisodeConfig, derive_seed
 from ..engines.http_plumbing import (BackgroundServer, ClientPool, Guard, OnceGate,
                                      callback_url, check_exposure, error_response,
                                      install_error_handlers, uvicorn_config)

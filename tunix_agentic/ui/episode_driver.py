@@ -10,7 +10,8 @@ from typing import Any
 
 from fastcore.basics import patch
 from ..core.trajectory import Trajectory, TrajectoryStatus
-from ..rollout.episode import Episode, EpisodeConfig, derive_seed, publish
+from ..rollout.episode import Episode
+from ..rollout.episode_config import EpisodeConfig, derive_seed, publish
 from ..engines.engine import BaseEngine
 from ..envs.environments import BaseEnv
 

@@ -14,7 +14,7 @@ from ..core.trajectory import Trajectory, TrajectoryStatus
 from .render import Shows, esc, render_chat, render_tokens, status_badge, typed_flags
 from .episode_driver import EpisodeDriver, run_async
 from ..envs.environments import EnvGroup
-from ..rollout.episode import EpisodeConfig
+from ..rollout.episode_config import EpisodeConfig
 
 _log = logging.getLogger(__name__)
 
