@@ -2,7 +2,7 @@
 client against its local stand-in, and isolation='none'. The attack suite (as root and as an
 unprivileged user) is tests/test_sandbox_attacks.py.
 """
-import asyncio, json, os, subprocess, sys, time, uuid
+import asyncio, dataclasses, json, os, subprocess, sys, time, uuid
 
 import pytest
 
@@ -79,7 +79,10 @@ def test_burst_beyond_the_pool_and_cancelled_waiters():
 @pytest.mark.timeout(60)
 def test_tool_timeout_and_state():
     async def go():
-        tool = CodeInterpreterTool(LocalSandbox(CFG))
+        # the warm-up's first run starts the sandbox's launcher: over the 10 s of CFG's run budget in
+        # about one run in three while a training job loaded the machine; the endless loop below is
+        # ended by the manager's 3 s call limit, not by this budget
+        tool = CodeInterpreterTool(LocalSandbox(dataclasses.replace(CFG, timeout_s=60.0)))
         mgr = ToolManager([tool], call_timeout=60.0)
         async with mgr.session() as s:
             # the sandbox's first call starts its pool; on a loaded CI machine that alone took over 1 s
