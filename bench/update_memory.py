@@ -1,0 +1,59 @@
+"""What one GRPO micro-batch update of the Gemma 3 270M shape asks XLA for: the compiled program's
+temporary buffers, by rows per micro-batch, log-prob chunk and rematerialisation (LoRA rank 16).
+
+XLA's own memory analysis of the compiled `_accumulate_grad` (what `Trainer.update` runs once per
+micro-batch): deterministic, no timing, ~1 min on 2 cores. Random weights (the shape is what counts).
+
+    .venv/bin/python bench/update_memory.py                      # the table below, 18 layers
+    .venv/bin/python bench/update_memory.py --layers 2 6 --remat  # per-layer growth, remat on/off
+"""
+import argparse, dataclasses, sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learner_memory import gemma3_270m_config, grpo_trajectories  # noqa: E402
+
+
+def temp_gb(layers: int, rows: int, seq: int, chunk: int, remat: bool) -> float:
+    import jax, jax.numpy as jnp
+    from flax import nnx
+    from tunix_agentic.models.gemma3 import Gemma3
+    from tunix_agentic.learn.lora import LoraConfig
+    from tunix_agentic.learn.trainer import (Trainer, TrainerConfig, LOSS_FNS, _accumulate_grad,
+                                             _device_batch, _DEVICE_KEYS)
+    c = gemma3_270m_config('float32')
+    cfg = dataclasses.replace(c, num_layers=layers, layer_types=c.layer_types[:layers])
+    tc = TrainerConfig(learning_rate=1e-5, buckets=(seq,), logit_chunk=chunk, remat=remat,
+                       lora=LoraConfig(rank=16, alpha=32.0), shared_prefix=16)
+    tr = Trainer(Gemma3(cfg, rngs=nnx.Rngs(0)), tc)
+    micro = _device_batch(tr, tr.batch_from(grpo_trajectories(rows, seq, c.vocab_size), 'grpo'),
+                          _DEVICE_KEYS)
+    loss = lambda: LOSS_FNS['grpo'](tr._params, tr.graphdef, tr.rest, micro, tc, tr.ref_params)
+    acc = (jax.tree.map(jnp.zeros_like, tr._params),
+           jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(loss)[1]))
+    compiled = _accumulate_grad.lower(acc, jnp.float32(1), tr._params, tr.rest, tr.ref_params,
+                                      micro, graphdef=tr.graphdef, kind='grpo', cfg=tc).compile()
+    return compiled.memory_analysis().temp_size_in_bytes / 1e9
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--layers', type=int, nargs='+', default=[18])
+    p.add_argument('--rows', type=int, nargs='+', default=[4, 2, 1], help='rows per micro-batch')
+    p.add_argument('--seq', type=int, default=1024, help='tokens per row (the bucket)')
+    p.add_argument('--chunks', type=int, nargs='+', default=[256, 128], help='logit_chunk values')
+    p.add_argument('--remat', action='store_true', help='also with remat on')
+    a = p.parse_args()
+    print(f'GRPO micro-batch update, Gemma 3 270M shape (random), LoRA rank 16, {a.seq} tokens a '
+          'row: XLA temporary buffers of the compiled program')
+    print(f"{'layers':>6} {'rows':>4} {'chunk':>5} {'remat':>5} {'temp GB':>8}")
+    for layers in a.layers:
+        for rows in a.rows:
+            for chunk in a.chunks:
+                for remat in ((False, True) if a.remat else (False,)):
+                    t = temp_gb(layers, rows, a.seq, chunk, remat)
+                    print(f'{layers:>6} {rows:>4} {chunk:>5} {str(remat):>5} {t:>8.2f}', flush=True)
+
+
+if __name__ == '__main__':
+    main()
