@@ -249,7 +249,7 @@ class EvalSection:
     every: int = 0                  # evaluate during GRPO every this many steps (0: never)
     size: int = 64                  # problems of each evaluation during GRPO
     beside_grpo: bool = True        # evaluation after SFT beside GRPO, on a copy of the weights
-                                    # (False: before it on the rollout engine: no copy, less memory)
+                                    # (False, jax engine: before it on the rollout engine, no copy)
     def __post_init__(self):
         at_least(self, 'eval', ('n_greedy', 'size'))
         at_least(self, 'eval', ('every',), 0)
