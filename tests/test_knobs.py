@@ -136,3 +136,15 @@ def test_settings_that_would_not_train_as_asked_are_refused():
         cfg('grpo.epochs=2', 'grpo.mode=async')
     with pytest.raises(ConfigError, match=r'grpo.mini_batches=3: expected at most collect.tasks_per_step=2'):
         cfg('grpo.mini_batches=3')
+
+
+def test_prefill_rows_reaches_every_engine_the_run_makes():
+    from tunix_agentic.app.compose import make_engine, engine_on_copy
+    from tunix_agentic.app.rollouts import rollout_engine
+    c = cfg('engine.prefill_rows=2')
+    model = Qwen2(MCFG, rngs=nnx.Rngs(0))
+    assert rollout_engine(c, model, TOK, None, []).config.prefill_rows == 2  # GRPO's episodes
+    assert engine_on_copy(model, TOK, 8, 8, 2).config.prefill_rows == 2
+    assert make_engine(model, TOK, 1, 8, 4).config.prefill_rows == 1  # never more than the rows
+    with pytest.raises(ConfigError, match='engine.prefill_rows'):
+        cfg('engine.prefill_rows=3')

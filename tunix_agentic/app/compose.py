@@ -112,13 +112,14 @@ def build_policy(cfg: RunConfig):
     return model, tok
 
 # %% ../../nbs/10_app/02_compose.ipynb #79df8ed1
-def make_engine(model, tok, rows: int, max_batch: int = 64):
+def make_engine(model, tok, rows: int, max_batch: int = 64, prefill_rows: int = 0):
     "A lockstep `JaxEngine` on `model` for `rows` concurrent rows (at most `max_batch`)."
     from tunix_agentic.engines.jax_engine import JaxEngine, JaxEngineConfig
     b = min(max_batch, 1 << max(rows - 1, 0).bit_length())
     s = JaxEngine(model, tokenizer=tok, config=JaxEngineConfig(
         max_batch=b, min_batch_bucket=b, min_prompt_bucket=64, min_gen_bucket=64, shared_prefix=16,
-        cascade=True, greedy_program=False, prompt_bucket_step=64))  # the prefix in one matmul;
+        cascade=True, greedy_program=False, prompt_bucket_step=64,  # the prefix in one matmul;
+        prefill_rows=min(prefill_rows, b)))
     # greedy rows: the sampling program (same tokens, one compilation fewer per shape); a turn's
     # prompt pads to the next 64, not the next power of two (a third less prefill at 129-192)
     # lockstep: batches depend on the requests only, not on timing: a rerun under load is identical
@@ -160,7 +161,8 @@ def worker_collector(cfg: RunConfig, rows: int) -> TrajectoryCollector:
     "In a rollout worker: the config's plugins and policy, an engine for `rows` rows, a collector."
     load_plugins(cfg)  # a spawned worker registers the config's `module:attr` names again
     model, tok = build_policy(cfg)
-    return make_collector(make_engine(model, tok, rows, cfg.engine.max_batch), tok, cfg,
+    return make_collector(make_engine(model, tok, rows, cfg.engine.max_batch,
+                                      cfg.engine.prefill_rows), tok, cfg,
                           cfg.collect.group_size, cfg.seed, cfg.episode.sampling.temperature)
 
 def make_worker_pool(cfg: RunConfig, rows: int):
@@ -199,14 +201,14 @@ def evaluate(engine, tok, tasks: list[dict], cfg: RunConfig,
     return diagnosis_of(cfg, trajs), trajs
 
 # %% ../../nbs/10_app/02_compose.ipynb #dd661572
-def engine_on_copy(model, tok, rows: int, max_batch: int = 64):
+def engine_on_copy(model, tok, rows: int, max_batch: int = 64, prefill_rows: int = 0):
     "An engine over a copy of `model`'s current weights, which its later updates leave alone."
     import jax, jax.numpy as jnp
     from flax import nnx
     model = local_module(model)  # whole on this host (a learner on several processes)
     twin = nnx.clone(model)
     nnx.update(twin, jax.tree.map(jnp.copy, nnx.state(model)))
-    return make_engine(twin, tok, rows, max_batch)
+    return make_engine(twin, tok, rows, max_batch, prefill_rows)
 
 def evaluate_both(engine, tok, tasks: list[dict], cfg: RunConfig, greedy_engine=None) -> tuple:
     "Sampled (all `tasks`) and greedy (the first `eval.n_greedy`) evaluations, with `solved` lists."

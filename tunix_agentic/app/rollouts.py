@@ -42,7 +42,8 @@ def rollout_engine(cfg: RunConfig, model, tok, # the policy and its tokenizer
     "This host's engine for the run's episodes: ours, or sglang-jax checked after every push."
     rows = rollout_rows(cfg)
     if cfg.engine.kind == 'sglang': return sglang_engine(model, tok, cfg, rows, folder, tasks)
-    return make_engine(local_module(model), tok, rows, cfg.engine.max_batch)
+    return make_engine(local_module(model), tok, rows, cfg.engine.max_batch,
+                       cfg.engine.prefill_rows)
 
 # %% ../../nbs/10_app/02t_rollouts.ipynb #80079341
 def rollout_collector(cfg: RunConfig, engine: Callable[[], Any], # -> the run's engine

@@ -169,7 +169,7 @@ def _evaluate(self: Run, n: int | None = None, temperature: float | None = None)
     tasks = self.heldout[:n or self.cfg.eval.size]
     if self._eval_engine is None:
         self._eval_engine = engine_on_copy(self.model, self.tok, len(self.heldout),
-                                           self.cfg.engine.max_batch)
+                                           self.cfg.engine.max_batch, self.cfg.engine.prefill_rows)
     learner = self._learner
     if learner is not None: self._eval_engine.update_params(nnx.state(learner.model), learner.step)
     return evaluate(self._eval_engine, self.tok, tasks, self.cfg, temperature)[0]
@@ -283,7 +283,7 @@ def _train(self: Run) -> dict:
         # one engine in turn (eval.beside_grpo false): no second copy of the weights and its cache
         in_turn = c.engine.kind == 'jax' and not c.eval.beside_grpo
         frozen = engine if in_turn else engine_on_copy(self.model, self.tok, self.rows,
-                                                       c.engine.max_batch)
+                                                       c.engine.max_batch, c.engine.prefill_rows)
         if kept: before, greedy_before = kept
         elif c.eval.beside_grpo: pool = ThreadPoolExecutor(1)
         else: before, greedy_before = self._eval_before(frozen)
@@ -352,7 +352,8 @@ def evaluate_checkpoint(cfg: RunConfig, checkpoint: str | Path) -> dict:
     try: at = run.learner.restore(d, step)
     except FileNotFoundError: raise ConfigError(f'no checkpoint under {str(d)!r}') from None
     from flax import nnx
-    eng = make_engine(run.model, run.tok, len(run.heldout), cfg.engine.max_batch)
+    eng = make_engine(run.model, run.tok, len(run.heldout), cfg.engine.max_batch,
+                      cfg.engine.prefill_rows)
     eng.update_params(nnx.state(run.learner.model), at)
     sampled, _, greedy = evaluate_both(eng, run.tok, run.heldout, cfg)
     eng.close()

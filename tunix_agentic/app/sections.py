@@ -134,9 +134,13 @@ class EngineSection:
     "What generates: our `JaxEngine` or sglang-jax (the trainer's weights, pushed each step)."
     kind: str = 'jax'               # 'jax' | 'sglang' | 'http' (train runs 'jax' and 'sglang')
     max_batch: int = 64             # rows decoded together, at most
+    prefill_rows: int = 0           # our engine prefills this many rows at a time (0: all; less
+                                    # memory at a real vocabulary, the same samples)
     def __post_init__(self):
         check(self.kind in ENGINES, 'engine.kind', self.kind, f'one of {ENGINES}')
         at_least(self, 'engine', ('max_batch',))
+        p = self.prefill_rows
+        check(p >= 0 and not p & (p - 1), 'engine.prefill_rows', p, '0 or a power of two')
 
 @dataclass(frozen=True, kw_only=True)
 class WorkersSection:

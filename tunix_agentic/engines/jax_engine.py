@@ -78,24 +78,45 @@ def _kept_kv(cache, pre, valid_bs, length_b, max_new: int):
     return pack(ks), pack(vs), keep.sum(1)
 
 # %% ../../nbs/05_engines/02_jax_engine.ipynb #5197376d
+def _prefill(model, tokens_bp, pos_bp, cache, valid_bs, pre, rows: int, fresh: bool):
+    "The model over the prompts, `rows` rows at a time (0: all): last hidden states, the cache."
+    b = tokens_bp.shape[0]
+    if not rows or rows >= b:
+        h, cache = model(tokens_bp, pos_bp, cache, valid_bs, prefix=pre)
+        return h[:, -1], cache
+    split = lambda x: x.reshape(b // rows, rows, *x.shape[1:])
+    def group(_, xs):
+        t, pos, v, kv = xs
+        c = (KVCache.init(model.cfg, rows, cache.slots) if fresh  # the empty whole is never made
+             else KVCache(k=kv[0], v=kv[1], index=cache.index))
+        h, c = model(t, pos, c, v, prefix=pre)
+        return None, (h[:, -1], c.k, c.v, c.index)
+    kv = None if fresh else jax.tree.map(split, (cache.k, cache.v))
+    xs = (split(tokens_bp), split(pos_bp), split(valid_bs), kv)
+    _, (h, k, v, index) = jax.lax.scan(group, None, xs)
+    whole = lambda x: x.reshape(b, *x.shape[2:])
+    return whole(h), KVCache(k=tuple(map(whole, k)), v=tuple(map(whole, v)), index=index[-1])
+
 @partial(jax.jit, static_argnames=('graphdef', 'max_new', 'use_filter', 'all_greedy', 'cascade',
-                                   'keep_kv', 'chunk'))
+                                   'keep_kv', 'chunk', 'prefill_rows'))
 def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_b, max_new_b,
                     stops_bk, keys_b, prefix_1q=None,
                     past_kv=None, # `(k, v)`, `[layers, b, c, kv_heads, head_dim]`: earlier tokens
                     past_len_b=None, *, max_new: int, use_filter: bool, all_greedy: bool = False,
                     cascade: bool = False, keep_kv: bool = False,
-                    chunk: int = 1): # tokens per test of the loop's exit (a GPU syncs per test)
+                    chunk: int = 1, # tokens per test of the loop's exit (a GPU syncs per test)
+                    prefill_rows: int = 0): # rows prefilled at a time (0: all at once)
     "Prefill plus KV-cache decode: `(tokens_bg, logprobs_bg, lengths_b, stopped_b[, kept])`."
     model = nnx.merge(graphdef, state)
-    w_dv, softcap = unembed_to_hidden(model)  # the model gives hidden states; logits: below, of
-    head = lambda h: unembed(h, w_dv, softcap)  # the positions sampled (not all the prompt's)
+    u = unembed_to_hidden(model)  # the model gives hidden states; logits: below, of the
+    head = lambda h: unembed(h, u)  # positions sampled (not all the prompt's)
     (b, p), q = tokens_bp.shape, 0 if prefix_1q is None else prefix_1q.shape[1]
     pre, r = None, 0 if cascade else q  # the prefix all rows share is prefilled once; r: row slots
     if cascade and q:  # rows attend to it in place: a one-row cache, none of it in the rows' cache
         _, pre = model(prefix_1q, jnp.arange(q)[None], KVCache.init(model.cfg, 1, q))
+    fresh = past_kv is None and not r and 0 < prefill_rows < b  # the rows' cache starts empty
     if past_kv is None:
-        cache = KVCache.init(model.cfg, 1 if r else b, r + p + max_new)
+        cache = KVCache.init(model.cfg, 1 if r else (1 if fresh else b), r + p + max_new)
         if r:  # ... or its keys/values are broadcast into every row's cache
             _, cache = model(prefix_1q, jnp.arange(q)[None], cache)
             cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (b, *x.shape[1:])) if x.ndim else x,
@@ -106,11 +127,11 @@ def generate_tokens(graphdef, state, tokens_bp, mask_bp, temp_b, top_k_b, top_p_
         cache, valid_bs, r = _past_cache(past_kv, past_len_b, mask_bp, max_new)
     plen_b = (q if past_kv is None else past_len_b) + mask_bp.sum(1).astype(jnp.int32)
     pos0 = q if past_kv is None else past_len_b[:, None]
-    h, cache = model(tokens_bp, pos0 + jnp.maximum(jnp.cumsum(mask_bp, 1) - 1, 0), cache,
-                          valid_bs, prefix=pre)
+    h_bd, cache = _prefill(model, tokens_bp, pos0 + jnp.maximum(jnp.cumsum(mask_bp, 1) - 1, 0),
+                           cache, valid_bs, pre, prefill_rows, fresh)
     def step_keys(i): return jax.vmap(jax.random.fold_in, (0, None))(keys_b, i)
     sample = partial(sample_step, use_filter=use_filter, all_greedy=all_greedy)
-    tok, lp = sample(head(h[:, -1]), step_keys(0), temp_b, top_k_b, top_p_b)
+    tok, lp = sample(head(h_bd), step_keys(0), temp_b, top_k_b, top_p_b)
     is_stop = lambda t: jnp.any(t[:, None] == stops_bk, -1)
     spare = max_new + chunk - 1  # a last chunk may step past `max_new`: all rows are done then
     out_t = jnp.zeros((b, spare), jnp.int32).at[:, 0].set(tok)
@@ -163,6 +184,7 @@ class JaxEngineConfig:
     greedy_program: bool = True   # all-greedy batches get their own program (no draw; compiled)
     decode_chunk: int = 8         # tokens decoded between two tests of "all rows done?"
     prompt_bucket_step: int = 0   # prompts longer than this pad to a multiple of it (0: power of 2)
+    prefill_rows: int = 0         # prefill this many rows at a time (a power of two; 0: all)
     def __post_init__(self):
         for f in ('max_batch', 'min_batch_bucket', 'min_prompt_bucket', 'min_gen_bucket',
                   'stop_bucket'):
@@ -174,6 +196,9 @@ class JaxEngineConfig:
         for f in ('shared_prefix', 'prefix_cache_tokens', 'prompt_bucket_step'):
             if getattr(self, f) < 0:
                 raise ValueError(f'JaxEngineConfig.{f}={getattr(self, f)}; expected >= 0')
+        if self.prefill_rows < 0 or self.prefill_rows & (self.prefill_rows - 1):
+            raise ValueError(f'JaxEngineConfig.prefill_rows={self.prefill_rows}; expected 0 or a '
+                             'power of two')
     @classmethod
     def tiny(cls) -> JaxEngineConfig:
         return cls(max_batch=8, min_batch_bucket=2, min_prompt_bucket=16, min_gen_bucket=16)
@@ -309,7 +334,7 @@ def _run_batch(self: JaxEngine, prompts: list[list[int]], params: list[SamplingP
         arr(lambda s: s.top_p, np.float32), arr(lambda s: s.max_new_tokens, np.int32),
         jnp.asarray(stops), keys, jnp.asarray([prefix], jnp.int32) if q else None,
         *past, max_new=g, use_filter=use_filter, all_greedy=all_greedy, cascade=self.config.cascade,
-        keep_kv=self.prefix_cache is not None, chunk=c.decode_chunk)
+        keep_kv=self.prefix_cache is not None, chunk=c.decode_chunk, prefill_rows=c.prefill_rows)
     out_t, out_l, length, stopped, *kept = jax.device_get(out)
     if kept: _keep_past(self, full, out_t, length, *kept)
     return [GenerateOutput(out_t[i, :length[i]].tolist(), out_l[i, :length[i]].tolist(),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Callable
 import jax, jax.numpy as jnp
 from ..core.registry import Registry
-from ..models.decoder import unembed
+from ..models.decoder import Unembedding, unembed
 
 # %% auto #0
 __all__ = ['ADVANTAGES', 'AGGREGATIONS', 'grpo_advantages', 'drgrpo_advantages', 'rloo_advantages', 'zero_variance_groups',
@@ -95,10 +95,10 @@ def token_logprobs(logits_btv: jax.Array, targets_bt: jax.Array,
     return logp_bt, ent_bt
 
 # %% ../../nbs/07_learn/00_losses.ipynb #5e35dfc3
-def chunked_token_logprobs(h_btd: jax.Array, w_dv: jax.Array, targets_bt: jax.Array,
-                           temperature: float = 1.0, chunk: int = 1024,
-                           softcap: float | None = None) -> tuple[jax.Array, jax.Array]:
-    "`token_logprobs` of the logits `h_btd @ w_dv`, `chunk` tokens at a time (never all of them)."
+def chunked_token_logprobs(h_btd: jax.Array, u: Unembedding, targets_bt: jax.Array,
+                           temperature: float = 1.0, chunk: int = 1024
+                           ) -> tuple[jax.Array, jax.Array]:
+    "`token_logprobs` of the logits `unembed(h_btd, u)`, `chunk` tokens at a time (never all)."
     (b, t, d), n = h_btd.shape, h_btd.shape[0] * h_btd.shape[1]
     c = min(chunk, n)
     pad = (-n) % c
@@ -107,7 +107,7 @@ def chunked_token_logprobs(h_btd: jax.Array, w_dv: jax.Array, targets_bt: jax.Ar
     temp = jnp.where(temperature > 0, temperature, 1.0)
     @jax.checkpoint
     def one(h_cd, y_c):
-        z_cv = unembed(h_cd, w_dv, softcap, jnp.float32) / temp  # the sampler's logits
+        z_cv = unembed(h_cd, u, jnp.float32) / temp  # the sampler's logits
         lse_c = jax.nn.logsumexp(z_cv, -1)
         p_cv = jnp.exp(z_cv - lse_c[:, None])
         return (jnp.take_along_axis(z_cv, y_c[:, None], -1)[:, 0] - lse_c,

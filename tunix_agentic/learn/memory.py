@@ -34,9 +34,8 @@ def policy_logprobs(model: nnx.Module, forward: Callable, targets_bt: jax.Array,
     "Log-prob of `targets_bt` and entropy `[b, t]` under the logits of `forward(model)`."
     if remat: remat_layers(model)
     if not logit_chunk: return token_logprobs(forward(model), targets_bt, temperature)
-    w_dv, softcap = unembed_to_hidden(model)
-    return chunked_token_logprobs(forward(model), w_dv, targets_bt, temperature, logit_chunk,
-                                  softcap)
+    u = unembed_to_hidden(model)
+    return chunked_token_logprobs(forward(model), u, targets_bt, temperature, logit_chunk)
 
 # %% ../../nbs/07_learn/01a_memory.ipynb #eda888ce
 def with_state_dtype(tx: optax.GradientTransformation, dtype=jnp.float32

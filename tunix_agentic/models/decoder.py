@@ -16,7 +16,7 @@ from .attention import attention_scores, attend_rowwise
 
 # %% auto #0
 __all__ = ['DTYPES', 'DecoderConfig', 'hf_dtype', 'hf_shape', 'refuse_unimplemented', 'RMSNorm', 'rope', 'KVCache', 'attend',
-           'DecoderModel', 'check_decoder', 'unembed_to_hidden', 'unembed', 'hf_name', 'hf_param_names',
+           'DecoderModel', 'check_decoder', 'Unembedding', 'unembed_to_hidden', 'unembed', 'hf_name', 'hf_param_names',
            'hf_state_dict', 'safetensors_files']
 
 # %% ../../nbs/04_models/00a_decoder.ipynb #9f3d2a01
@@ -191,26 +191,33 @@ def check_decoder(model) -> DecoderModel:
     return model
 
 # %% ../../nbs/04_models/00a_decoder.ipynb #f1a0c002
-def unembed_to_hidden(model: nnx.Module) -> tuple[jax.Array, float | None]:
-    "Make `model` return its last hidden states; returns (unembedding `[d, v]`, logit soft-cap)."
+@struct.dataclass
+class Unembedding:
+    "A model's last step: the matrix as stored (`[v, d]` if `vocab_major`, else `[d, v]`), cap."
+    w: jax.Array
+    vocab_major: bool = struct.field(pytree_node=False)  # True: a tied embedding table
+    softcap: float | None = struct.field(pytree_node=False, default=None)  # Gemma's final cap
+
+def unembed_to_hidden(model: nnx.Module) -> Unembedding:
+    "Make `model` return its last hidden states; returns the `Unembedding` it skips."
     cfg = model.cfg
     if cfg.tie_word_embeddings:
-        w_dv = model.embed_tokens.embedding[...].T
+        w, vocab_major = model.embed_tokens.embedding[...], True
         model.embed_tokens.attend = lambda x: x
     else:
-        w_dv = model.lm_head.kernel[...]
+        w, vocab_major = model.lm_head.kernel[...], False
         model.lm_head = lambda x: x
     softcap = getattr(cfg, 'final_logit_softcapping', None)
     if softcap: model.cfg = cfg.replace(final_logit_softcapping=None)
-    return w_dv, softcap
+    return Unembedding(w, vocab_major, softcap or None)
 
-def unembed(h_xd: jax.Array, w_dv: jax.Array, softcap: float | None = None,
+def unembed(h_xd: jax.Array, u: Unembedding,
             dtype=None) -> jax.Array: # None: the matmul's (the loss asks for float32)
     "The logits of hidden states `h_xd` (any leading axes), soft-capped as the model does."
-    z = jnp.dot(h_xd, w_dv)
+    z = jnp.einsum('...d,vd->...v' if u.vocab_major else '...d,dv->...v', h_xd, u.w)
     out = z.dtype if dtype is None else dtype
-    if not softcap: return z.astype(out)
-    return (jnp.tanh(z.astype(jnp.float32) / softcap) * softcap).astype(out)
+    if not u.softcap: return z.astype(out)
+    return (jnp.tanh(z.astype(jnp.float32) / u.softcap) * u.softcap).astype(out)
 
 # %% ../../nbs/04_models/00a_decoder.ipynb #2ca3f4dd
 def hf_name(path: tuple) -> tuple[str, bool]:
