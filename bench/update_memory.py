@@ -6,6 +6,10 @@ micro-batch): deterministic, no timing, ~1 min on 2 cores. Random weights (the s
 
     .venv/bin/python bench/update_memory.py                      # the table below, 18 layers
     .venv/bin/python bench/update_memory.py --layers 2 6 --remat  # per-layer growth, remat on/off
+    .venv/bin/python bench/update_memory.py --engine              # the sampler's prefill instead
+
+With --engine: the same for one call of the sampler (`generate_tokens`, as the run's engine calls it:
+a 16-token prefix in cascade, 64 new tokens) by rows prefilled at a time (`engine.prefill_rows`).
 """
 import argparse, dataclasses, sys
 from pathlib import Path
@@ -36,6 +40,33 @@ def temp_gb(layers: int, rows: int, seq: int, chunk: int, remat: bool) -> float:
     return compiled.memory_analysis().temp_size_in_bytes / 1e9
 
 
+def engine_temp_gb(rows: int, prompt: int, prefill_rows: int) -> float:
+    import jax, jax.numpy as jnp
+    from flax import nnx
+    from tunix_agentic.models.gemma3 import Gemma3
+    from tunix_agentic.engines.jax_engine import generate_tokens
+    model = nnx.eval_shape(lambda: Gemma3(gemma3_270m_config('float32'), rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(model)
+    S = jax.ShapeDtypeStruct
+    i32 = lambda *s: S(s, jnp.int32)
+    f32 = lambda *s: S(s, jnp.float32)
+    compiled = generate_tokens.lower(
+        graphdef, state, i32(rows, prompt), i32(rows, prompt), f32(rows), i32(rows), f32(rows),
+        i32(rows), i32(rows, 8), S((rows, 2), jnp.uint32), i32(1, 16), max_new=64, use_filter=False,
+        chunk=8, cascade=True, prefill_rows=prefill_rows).compile()
+    return compiled.memory_analysis().temp_size_in_bytes / 1e9
+
+
+def engine_table(a):
+    print(f'Sampler call, Gemma 3 270M shape (random), {a.engine_rows} rows, 16-token cascade '
+          'prefix, 64 new tokens: XLA temporary buffers of the compiled program')
+    print(f"{'prompt':>6} {'prefill_rows':>12} {'temp GB':>8}")
+    for prompt in a.prompts:
+        for pr in a.prefill_rows:
+            t = engine_temp_gb(a.engine_rows, prompt, pr)
+            print(f'{prompt:>6} {pr if pr else "all":>12} {t:>8.2f}', flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--layers', type=int, nargs='+', default=[18])
@@ -43,7 +74,12 @@ def main():
     p.add_argument('--seq', type=int, default=1024, help='tokens per row (the bucket)')
     p.add_argument('--chunks', type=int, nargs='+', default=[256, 128], help='logit_chunk values')
     p.add_argument('--remat', action='store_true', help='also with remat on')
+    p.add_argument('--engine', action='store_true', help="the sampler's call instead")
+    p.add_argument('--engine-rows', type=int, default=32, help='rows of the sampler call')
+    p.add_argument('--prompts', type=int, nargs='+', default=[704, 1024], help='prompt tokens')
+    p.add_argument('--prefill-rows', type=int, nargs='+', default=[0, 16, 8, 4])
     a = p.parse_args()
+    if a.engine: return engine_table(a)
     print(f'GRPO micro-batch update, Gemma 3 270M shape (random), LoRA rank 16, {a.seq} tokens a '
           'row: XLA temporary buffers of the compiled program')
     print(f"{'layers':>6} {'rows':>4} {'chunk':>5} {'remat':>5} {'temp GB':>8}")
