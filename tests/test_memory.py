@@ -1,5 +1,5 @@
 """Memory-bounded learning (learn.memory): a whole Trainer step with the log-probs in chunks of
-tokens, rematerialised layers, or both equals the full-logits step (metrics and new params, GRPO
+tokens, rematerialised layers, or both equals the full-logits step (metrics and each param's change, GRPO
 with KL and micro-batches, SFT, a shared prefix, Gemma 3 with a soft-cap); chunking off leaves the
 step bit-for-bit unchanged; f32 optimiser state for bf16 params."""
 import numpy as np, pytest, jax, jax.numpy as jnp
@@ -28,18 +28,34 @@ def _trajs(seed=0, n=4, prefix=()):
     return out
 
 
+LR = 1e-2
+
+
 def _step(model_fn, kind='grpo', trajs=None, **kw):
-    cfg = TrainerConfig.tiny(learning_rate=1e-2, buckets=(16, 32), **kw)
+    "Metrics and the change of every param of one Trainer step."
+    cfg = TrainerConfig.tiny(learning_rate=LR, buckets=(16, 32), **kw)
     tr = Trainer(model_fn(), cfg)
+    before = [np.asarray(x) for x in jax.tree.leaves(tr.params)]
     m = tr.update(tr.batch_from(trajs or _trajs(), kind), kind)
-    return m, jax.tree.leaves(tr.params)
+    return m, [np.asarray(x) - b for x, b in zip(jax.tree.leaves(tr.params), before)]
 
 
 def _close(a, b, tol=2e-4):
+    "Equal metrics and param changes, except where AdamW's first step is ill-conditioned."
     (ma, pa), (mb, pb) = a, b
     assert ma.keys() == mb.keys()
     for k in ma: assert ma[k] == pytest.approx(mb[k], rel=tol, abs=tol), k
-    for x, y in zip(pa, pb): np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=tol)
+    tight = 0
+    for x, y in zip(pa, pb):
+        # AdamW's first step moves a param by lr * g / (|g| + 1e-8): where |g| is near 1e-8 its
+        # size is float rounding of g (a step of 0.79 lr in one run was 0.82 lr in the other), so
+        # there it is only bounded; a zero gradient (weight decay alone) and |g| >> 1e-8 (a step of
+        # lr) are checked to `tol`
+        ill = (np.abs(y) > 1e-3 * LR) & (np.abs(y) < 0.9 * LR)
+        np.testing.assert_allclose(x[~ill], y[~ill], atol=tol)
+        assert np.abs(x - y).max() <= 2 * LR
+        tight += (~ill).sum()
+    assert tight > 0.99 * sum(y.size for y in pb)  # nearly every param is checked to `tol`
 
 
 @pytest.fixture(scope='module')
