@@ -135,7 +135,7 @@ class EngineSection:
     kind: str = 'jax'               # 'jax' | 'sglang' | 'http' (train runs 'jax' and 'sglang')
     max_batch: int = 64             # rows decoded together, at most
     prefill_rows: int = 0           # our engine prefills this many rows at a time (0: all; less
-                                    # memory at a real vocabulary, the same samples)
+                                    # memory at a real vocabulary; float rounding may differ)
     def __post_init__(self):
         check(self.kind in ENGINES, 'engine.kind', self.kind, f'one of {ENGINES}')
         at_least(self, 'engine', ('max_batch',))
